@@ -1,0 +1,166 @@
+"""The `DecodeModel` protocol that the samplers call, and a cacheless adapter.
+
+A model is a JAX pytree (its parameters are leaves, its configuration is static
+metadata), so the samplers can take it as an ordinary argument of `jax.jit` and a
+user's `pjit` can shard its parameters. The samplers see a model only through the
+five methods below; everything model-specific (encoder, caches, positions) lives in
+the opaque `state` pytree that `init` returns.
+
+Positions. A model's state holds the tokens fed so far; `lengths(state)[b]` is how
+many row `b` holds. Decoding starts from `start_tokens(inputs)`, the one token per row
+whose logits predict the first new token and which `init` has *not* fed yet (the
+decoder start token 0 for T5, the prompt's last token for a causal LM). Every `extend`
+appends a chunk at each row's own position; `rewind` moves rows back independently.
+Cache slots past a row's length are stale: they are overwritten by the next `extend`
+and must never be attended to.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+State = Any
+
+
+@runtime_checkable
+class DecodeModel(Protocol):
+  """What `speculative_sample` and `autoregressive_sample` need of Mp and Mq.
+
+  Attributes:
+    vocab_size: V, the size of the logits' last axis.
+  """
+
+  vocab_size: int
+
+  def init(self, inputs: Array, max_length: int) -> State:
+    """Prepares a decode of `inputs` [B, S] that will feed `max_length` more tokens.
+
+    Runs whatever is done once per input (a T5 encoder, a causal LM's prompt minus its
+    last token) and allocates caches. Raises `ValueError` naming `max_length` when the
+    model cannot hold that many more positions.
+    """
+    ...
+
+  def start_tokens(self, inputs: Array) -> Array:
+    """int32[B]: the token fed first, whose logits predict the first new token."""
+    ...
+
+  def extend(self, state: State, tokens: Array) -> tuple[Array, State]:
+    """Feeds `tokens` [B, k] at each row's own position, causally within the chunk.
+
+    Returns `(logits [B, k, V], new_state)`; `logits[:, j]` predicts the token after
+    `tokens[:, j]`. Any float dtype; the samplers convert to float32.
+    """
+    ...
+
+  def rewind(self, state: State, lengths: Array) -> State:
+    """Rolls each row `b` back to `lengths[b]` fed tokens (never forward)."""
+    ...
+
+  def lengths(self, state: State) -> Array:
+    """int32[B]: tokens fed so far per row (the prompt included)."""
+    ...
+
+
+@flax.struct.dataclass
+class CausalLMState:
+  """Decode state of `CausalLM`.
+
+  Attributes:
+    tokens: int32[B, T_max], every token fed so far per row (prompt first); slots at
+      or past `lengths[b]` are stale.
+    lengths: int32[B], tokens fed so far per row.
+  """
+
+  tokens: Array
+  lengths: Array
+
+
+def _write_rows(buffer: Array, chunk: Array, starts: Array) -> Array:
+  """buffer[b, starts[b]:starts[b]+k] = chunk[b] for every row b."""
+  return jax.vmap(lambda row, c, s: jax.lax.dynamic_update_slice(row, c, (s,)))(
+      buffer, chunk, starts)
+
+
+def _read_rows(values: Array, starts: Array, k: int) -> Array:
+  """values[b, starts[b]:starts[b]+k] for every row b; values is [B, T, ...]."""
+  def one(row, s):
+    return jax.lax.dynamic_slice_in_dim(row, s, k, axis=0)
+  return jax.vmap(one)(values, starts)
+
+
+@flax.struct.dataclass
+class CausalLM:
+  """A cacheless decoder-only model from any causal `logits_fn`.
+
+  Every `extend` recomputes `logits_fn` over the whole (fixed-size) token buffer and
+  reads the chunk's rows out of it: slow, but exact and simple, which is what tests
+  and toy models want. `logits_fn(tokens[B, T]) -> logits[B, T, V]` must be causal
+  (logits at t depend on tokens 0..t only, and predict token t+1); the tokens it sees
+  past a row's length are arbitrary.
+
+  Build one with `CausalLM.from_fn`. Inputs are prompts `int32[B, T]` of at least one
+  token each (all rows the same length).
+
+  Attributes:
+    logits_fn: the causal logits function (static; hashed by identity).
+    vocab_size: V.
+    max_length: the most positions (prompt + new tokens) it may hold, or None.
+    params: optional pytree passed as `logits_fn(tokens, params)` when not None, so
+      that a model's weights are jit arguments rather than constants.
+  """
+
+  logits_fn: Callable[..., Array] = flax.struct.field(pytree_node=False)
+  vocab_size: int = flax.struct.field(pytree_node=False)
+  max_length: int | None = flax.struct.field(pytree_node=False, default=None)
+  params: Any = None
+
+  @classmethod
+  def from_fn(cls, logits_fn: Callable[..., Array], vocab_size: int,
+              max_length: int | None = None, params: Any = None) -> "CausalLM":
+    """Wraps `logits_fn(tokens[B, T]) -> logits[B, T, V]` (or `(tokens, params)`)."""
+    if not callable(logits_fn):
+      raise TypeError(f"logits_fn must be callable, got {type(logits_fn).__name__}")
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 1:
+      raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
+    if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
+      raise ValueError(f"max_length must be a positive int or None, got {max_length!r}")
+    return cls(logits_fn=logits_fn, vocab_size=vocab_size, max_length=max_length,
+               params=params)
+
+  def _logits(self, tokens: Array) -> Array:
+    if self.params is None:
+      return self.logits_fn(tokens)
+    return self.logits_fn(tokens, self.params)
+
+  def init(self, inputs: Array, max_length: int) -> CausalLMState:
+    batch, prompt_len = inputs.shape
+    total = prompt_len + max_length
+    if self.max_length is not None and total > self.max_length:
+      raise ValueError(
+          f"max_length: the prompt ({prompt_len} tokens) plus {max_length} new positions "
+          f"needs {total} positions, but this model holds at most {self.max_length}")
+    buffer = jnp.zeros((batch, total), jnp.int32).at[:, :prompt_len].set(
+        inputs.astype(jnp.int32))
+    return CausalLMState(tokens=buffer,
+                         lengths=jnp.full((batch,), prompt_len - 1, jnp.int32))
+
+  def start_tokens(self, inputs: Array) -> Array:
+    return inputs[:, -1].astype(jnp.int32)
+
+  def extend(self, state: CausalLMState, tokens: Array) -> tuple[Array, CausalLMState]:
+    k = tokens.shape[1]
+    buffer = _write_rows(state.tokens, tokens.astype(jnp.int32), state.lengths)
+    logits = _read_rows(self._logits(buffer), state.lengths, k)
+    return logits, CausalLMState(tokens=buffer, lengths=state.lengths + k)
+
+  def rewind(self, state: CausalLMState, lengths: Array) -> CausalLMState:
+    return state.replace(lengths=jnp.minimum(state.lengths, lengths.astype(jnp.int32)))
+
+  def lengths(self, state: CausalLMState) -> Array:
+    return state.lengths

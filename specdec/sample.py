@@ -1,0 +1,495 @@
+"""Speculative sampling (Algorithm 1 of Leviathan et al., 2023) and its baseline.
+
+`speculative_sample(target, draft, ...)` decodes with a target Mp and a draft Mq so
+that every output sequence has exactly Mp's distribution (Appendix A.1), taking
+1 to gamma + 1 tokens per iteration. One iteration, per row b, independently:
+
+  1. Draft: gamma autoregressive steps of Mq sample x_1..x_gamma, x_i ~ q_i.
+  2. Verify: ONE call of Mp over the gamma + 1 positions [last, x_1..x_gamma] gives
+     p_1..p_{gamma+1}.
+  3. Accept: r_i ~ U(0, 1); n = the number of leading i with r_i < p_i(x_i)/q_i(x_i),
+     tested as r_i q_i(x_i) < p_i(x_i) so that nothing is divided.
+  4. Correct: t ~ norm(max(0, p_{n+1} - q_{n+1})) if n < gamma, else t ~ p_{gamma+1}
+     (the same formula with q_{gamma+1} = 0); commit x_1..x_n, t.
+
+The whole decode is one `lax.while_loop` inside one `jax.jit`; the draft steps are a
+`lax.scan` inside it. Rows advance independently (each has its own n, position and
+random key) and stop on EOS or `max_new_tokens`; a finished row stops changing.
+
+The draft cache after a full accept: Mq never ran on x_gamma. Rather than spend an
+extra draft call, the next iteration's first draft step feeds a 2-token chunk
+[x_gamma, t]. Shapes are static, so that first step always feeds two tokens; when only
+one is owed ([t]) the second slot is a placeholder whose logits are ignored and which
+is rewound away at once.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from specdec.distributions import SamplingConfig, probabilities
+from specdec.models.base import DecodeModel
+
+Array = jax.Array
+
+# A residual max(0, p - q) with less mass than this is numerically empty: the
+# paper's fallback case (p == q up to rounding), sampled from p instead.
+_MIN_RESIDUAL_MASS = float(jnp.finfo(jnp.float32).tiny)
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+@flax.struct.dataclass
+class SpeculativeStats:
+  """Per-row statistics of a speculative decode, counted before EOS truncation.
+
+  Attributes:
+    iterations: int32[B], iterations the row ran (= target calls).
+    drafted: int32[B], draft tokens proposed (gamma per iteration).
+    accepted: int32[B], draft tokens accepted (sum of n). Tokens produced per row are
+      accepted + iterations (each iteration adds n + 1).
+    beta_sum: float32[B], sum over the row's decoded positions of
+      beta = sum_x min(p(x), q(x)) (Corollary 3.6).
+    beta_count: int32[B], how many positions `beta_sum` holds.
+  """
+
+  iterations: Array
+  drafted: Array
+  accepted: Array
+  beta_sum: Array
+  beta_count: Array
+
+  @property
+  def alpha_hat(self) -> Array:
+    """float32[B], the paper's estimate of alpha: the mean beta along the decode."""
+    return self.beta_sum / jnp.maximum(self.beta_count, 1)
+
+  @property
+  def tokens_per_iteration(self) -> Array:
+    """float32[B], measured counterpart of Equation 1."""
+    return (self.accepted + self.iterations) / jnp.maximum(self.iterations, 1)
+
+
+@flax.struct.dataclass
+class AutoregressiveStats:
+  """Per-row statistics of a baseline decode.
+
+  Attributes:
+    iterations: int32[B], target calls (one token each).
+  """
+
+  iterations: Array
+
+
+@flax.struct.dataclass
+class SampleOutput:
+  """What both samplers return.
+
+  Attributes:
+    tokens: int32[B, max_new_tokens], generated tokens; 0 (pad) after EOS and past a
+      row's length.
+    lengths: int32[B], generated tokens per row, EOS included.
+    stats: `SpeculativeStats` or `AutoregressiveStats`.
+  """
+
+  tokens: Array
+  lengths: Array
+  stats: Any
+
+
+# ------------------------------------------------------------- Algorithm 1, piece by piece
+
+
+def residual(p: Array, q: Array) -> Array:
+  """norm(max(0, p - q)) over the last axis, falling back to p when it has no mass.
+
+  The distribution a rejected position is resampled from (Algorithm 1). With q = 0
+  it is p itself, which is how the all-accepted case samples from p_{gamma+1}.
+  """
+  diff = jnp.maximum(p - q, 0.0)
+  mass = jnp.sum(diff, axis=-1, keepdims=True)
+  has_mass = mass > _MIN_RESIDUAL_MASS
+  return jnp.where(has_mass, diff / jnp.where(has_mass, mass, 1.0), p)
+
+
+def accepts(r: Array, p_x: Array, q_x: Array) -> Array:
+  """Accept x_i iff r_i < p_i(x_i) / q_i(x_i), computed as r_i q_i(x_i) < p_i(x_i)."""
+  return r * q_x < p_x
+
+
+def num_accepted(accepted: Array) -> Array:
+  """n: the number of leading True values along the last axis. int32[...]."""
+  return jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=-1), axis=-1)
+
+
+def _sample_rows(keys: Array, probs: Array) -> Array:
+  """One token per row: keys [B], probs float32[B, V] -> int32[B]."""
+  def one(key, p):
+    return jax.random.categorical(key, jnp.log(p)).astype(jnp.int32)
+  return jax.vmap(one)(keys, probs)
+
+
+def _take(probs: Array, tokens: Array) -> Array:
+  """probs[..., tokens] elementwise: probs [B, k, V], tokens [B, k] -> [B, k]."""
+  return jnp.take_along_axis(probs, tokens[..., None], axis=-1)[..., 0]
+
+
+def _take_position(values: Array, index: Array) -> Array:
+  """values[b, index[b]] for every row: values [B, k, ...], index int32[B]."""
+  return jax.vmap(lambda v, i: v[i])(values, index)
+
+
+def _row_keys(rng: Array, batch: int) -> Array:
+  """One typed PRNG key per row, from one key (folded with the row index) or [B]."""
+  if not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    if rng.dtype != jnp.uint32 or rng.shape[-1:] != (2,):
+      raise ValueError(
+          "rng must be a PRNG key (jax.random.key or PRNGKey), or one per row; got "
+          f"dtype {rng.dtype}, shape {rng.shape}")
+    rng = jax.random.wrap_key_data(rng)
+  if rng.shape == ():
+    return jax.vmap(lambda b: jax.random.fold_in(rng, b))(jnp.arange(batch))
+  if rng.shape == (batch,):
+    return rng
+  raise ValueError(
+      f"rng must be one key or one key per row ({batch}), got key shape {rng.shape}")
+
+
+def _iteration_keys(row_keys: Array, iterations: Array, num: int) -> Array:
+  """[B] keys and per-row iteration counts -> [B, num] keys, fresh each iteration."""
+  return jax.vmap(lambda k, i: jax.random.split(jax.random.fold_in(k, i), num))(
+      row_keys, iterations)
+
+
+def _draft(draft: DecodeModel, state: Any, pending: Array, num_pending: Array,
+           keys: Array, sampling: SamplingConfig, gamma: int):
+  """Step 1: gamma draft steps. Returns x int32[B, gamma], q float32[B, gamma, V].
+
+  The first step feeds the 2-token chunk `pending` of which `num_pending` [B] (1 or
+  2) tokens are real; the logits of the last real one give q_1, and the cache is
+  rewound past the placeholder.
+  """
+  start = draft.lengths(state)
+  logits, state = draft.extend(state, pending)
+  state = draft.rewind(state, start + num_pending)
+  q1 = probabilities(_take_position(logits, num_pending - 1), sampling)
+  x1 = _sample_rows(keys[:, 0], q1)
+
+  def step(carry, step_keys):
+    state, x_prev = carry
+    logits, state = draft.extend(state, x_prev[:, None])
+    q = probabilities(logits[:, 0], sampling)
+    x = _sample_rows(step_keys, q)
+    return (state, x), (x, q)
+
+  (state, _), (xs, qs) = jax.lax.scan(step, (state, x1), jnp.swapaxes(keys[:, 1:], 0, 1))
+  x = jnp.concatenate([x1[:, None], jnp.swapaxes(xs, 0, 1)], axis=1)
+  q = jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
+  return x, q, state
+
+
+def speculative_step(p: Array, q: Array, x: Array, r: Array, key: Array):
+  """Steps 3 and 4 of Algorithm 1 for a batch of rows.
+
+  Args:
+    p: float32[B, gamma + 1, V], target distributions p_1..p_{gamma+1}.
+    q: float32[B, gamma, V], draft distributions q_1..q_gamma.
+    x: int32[B, gamma], draft tokens, x_i ~ q_i.
+    r: float32[B, gamma], uniforms r_i ~ U(0, 1).
+    key: [B] PRNG keys for the corrected token.
+
+  Returns:
+    n: int32[B], accepted draft tokens (0..gamma).
+    t: int32[B], the token sampled from norm(max(0, p_{n+1} - q_{n+1})) (or from
+      p_{gamma+1} when n = gamma).
+    beta: float32[B, gamma], sum_x min(p_i, q_i) at each drafted position.
+  """
+  gamma = x.shape[1]
+  n = num_accepted(accepts(r, _take(p[:, :gamma], x), _take(q, x)))
+  q_padded = jnp.concatenate([q, jnp.zeros_like(q[:, :1])], axis=1)  # q_{gamma+1} = 0
+  t = _sample_rows(key, residual(_take_position(p, n), _take_position(q_padded, n)))
+  beta = jnp.sum(jnp.minimum(p[:, :gamma], q), axis=-1)
+  return n, t, beta
+
+
+# ------------------------------------------------------------------------ the decode loop
+
+
+@flax.struct.dataclass
+class _SpeculativeState:
+  """The `lax.while_loop` carry of `speculative_sample`.
+
+  Attributes:
+    target_state: Mp's state; holds every committed token but `last`.
+    draft_state: Mq's state; holds every committed token but `pending`'s real ones.
+    last: int32[B], the newest committed token (fed first at the next verification).
+    pending: int32[B, 2], the draft's next chunk ([x_gamma, t] or [t, placeholder]).
+    num_pending: int32[B], real tokens in `pending` (1 or 2).
+    tokens: int32[B, max_new_tokens + gamma + 1], committed tokens; each iteration
+      writes gamma + 1 slots at the row's position, of which n + 1 are real.
+    num_generated: int32[B], committed tokens per row (EOS included, capped at EOS).
+    done: bool[B], the row has hit EOS or max_new_tokens.
+    row_keys: [B] PRNG keys.
+    stats: `SpeculativeStats`.
+  """
+
+  target_state: Any
+  draft_state: Any
+  last: Array
+  pending: Array
+  num_pending: Array
+  tokens: Array
+  num_generated: Array
+  done: Array
+  row_keys: Array
+  stats: SpeculativeStats
+
+
+def _first_eos(chunk: Array, valid: Array, eos_id: Optional[int]) -> Array:
+  """Index of the first valid EOS in each row of chunk [B, k], or k. int32[B]."""
+  k = chunk.shape[1]
+  if eos_id is None:
+    return jnp.full(chunk.shape[:1], k, jnp.int32)
+  is_eos = (chunk == eos_id) & valid
+  return jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), k).astype(jnp.int32)
+
+
+def _write_rows(buffer: Array, chunk: Array, starts: Array) -> Array:
+  return jax.vmap(lambda row, c, s: jax.lax.dynamic_update_slice(row, c, (s,)))(
+      buffer, chunk, starts)
+
+
+def _finalize(tokens: Array, num_generated: Array, max_new_tokens: int):
+  """Truncate to max_new_tokens and zero everything past each row's length."""
+  lengths = jnp.minimum(num_generated, max_new_tokens)
+  tokens = tokens[:, :max_new_tokens]
+  tokens = jnp.where(jnp.arange(max_new_tokens) < lengths[:, None], tokens, 0)
+  return tokens, lengths
+
+
+@functools.partial(jax.jit, static_argnames=("gamma", "max_new_tokens", "sampling",
+                                             "eos_id"))
+def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampling,
+                     eos_id):
+  batch = inputs.shape[0]
+  capacity = max_new_tokens + gamma + 1
+  start = target.start_tokens(inputs)
+  zeros = jnp.zeros((batch,), jnp.int32)
+  state = _SpeculativeState(
+      target_state=target.init(inputs, capacity),
+      draft_state=draft.init(inputs, capacity),
+      last=start,
+      pending=jnp.stack([start, start], axis=1),
+      num_pending=jnp.ones((batch,), jnp.int32),
+      tokens=jnp.zeros((batch, capacity), jnp.int32),
+      num_generated=zeros,
+      done=jnp.zeros((batch,), bool),
+      row_keys=_row_keys(rng, batch),
+      stats=SpeculativeStats(iterations=zeros, drafted=zeros, accepted=zeros,
+                             beta_sum=jnp.zeros((batch,), jnp.float32),
+                             beta_count=zeros))
+
+  def cond_fn(s: _SpeculativeState):
+    return jnp.any(~s.done)
+
+  def body_fn(s: _SpeculativeState) -> _SpeculativeState:
+    active = ~s.done
+    keys = _iteration_keys(s.row_keys, s.stats.iterations, gamma + 2)
+    draft_start = draft.lengths(s.draft_state)
+    target_start = target.lengths(s.target_state)
+
+    x, q, draft_state = _draft(draft, s.draft_state, s.pending, s.num_pending,
+                               keys[:, :gamma], sampling, gamma)
+    logits, target_state = target.extend(
+        s.target_state, jnp.concatenate([s.last[:, None], x], axis=1))
+    p = probabilities(logits, sampling)
+    r = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(keys[:, gamma])
+    n, t, beta = speculative_step(p, q, x, r, keys[:, gamma + 1])
+
+    # Commit x_1..x_n, t: the chunk's slots past n hold t too and are never read.
+    positions = jnp.arange(gamma + 1)
+    chunk = jnp.where(positions[None] < n[:, None],
+                      jnp.concatenate([x, x[:, :1]], axis=1), t[:, None])
+    eos_at = _first_eos(chunk, positions[None] <= n[:, None], eos_id)
+    hit_eos = eos_at <= n
+    num_generated = s.num_generated + jnp.where(hit_eos, eos_at, n) + 1
+    full = n == gamma
+
+    def keep(new, old):
+      return jnp.where(active.reshape(active.shape + (1,) * (new.ndim - 1)), new, old)
+
+    on_path = jnp.arange(gamma)[None] <= n[:, None]
+    stats = SpeculativeStats(
+        iterations=s.stats.iterations + active,
+        drafted=s.stats.drafted + gamma * active,
+        accepted=s.stats.accepted + n * active,
+        beta_sum=s.stats.beta_sum + jnp.sum(jnp.where(on_path, beta, 0.0), axis=1) * active,
+        beta_count=s.stats.beta_count + jnp.minimum(n + 1, gamma) * active)
+    return _SpeculativeState(
+        target_state=target.rewind(target_state, keep(target_start + n + 1, target_start)),
+        draft_state=draft.rewind(
+            draft_state,
+            keep(draft_start + s.num_pending + jnp.minimum(n, gamma - 1), draft_start)),
+        last=keep(t, s.last),
+        pending=keep(jnp.stack([jnp.where(full, x[:, -1], t), t], axis=1), s.pending),
+        num_pending=keep(1 + full.astype(jnp.int32), s.num_pending),
+        tokens=keep(_write_rows(s.tokens, chunk, s.num_generated), s.tokens),
+        num_generated=keep(num_generated, s.num_generated),
+        done=s.done | hit_eos | (num_generated >= max_new_tokens),
+        row_keys=s.row_keys,
+        stats=stats)
+
+  s = jax.lax.while_loop(cond_fn, body_fn, state)
+  tokens, lengths = _finalize(s.tokens, s.num_generated, max_new_tokens)
+  return SampleOutput(tokens=tokens, lengths=lengths, stats=s.stats)
+
+
+@flax.struct.dataclass
+class _AutoregressiveState:
+  """The `lax.while_loop` carry of `autoregressive_sample` (fields as above)."""
+
+  target_state: Any
+  last: Array
+  tokens: Array
+  num_generated: Array
+  done: Array
+  row_keys: Array
+  iterations: Array
+
+
+@functools.partial(jax.jit, static_argnames=("max_new_tokens", "sampling", "eos_id"))
+def _autoregressive_jit(target, inputs, rng, *, max_new_tokens, sampling, eos_id):
+  batch = inputs.shape[0]
+  zeros = jnp.zeros((batch,), jnp.int32)
+  state = _AutoregressiveState(
+      target_state=target.init(inputs, max_new_tokens + 1),
+      last=target.start_tokens(inputs),
+      tokens=jnp.zeros((batch, max_new_tokens), jnp.int32),
+      num_generated=zeros,
+      done=jnp.zeros((batch,), bool),
+      row_keys=_row_keys(rng, batch),
+      iterations=zeros)
+
+  def cond_fn(s: _AutoregressiveState):
+    return jnp.any(~s.done)
+
+  def body_fn(s: _AutoregressiveState) -> _AutoregressiveState:
+    active = ~s.done
+    start = target.lengths(s.target_state)
+    logits, target_state = target.extend(s.target_state, s.last[:, None])
+    keys = _iteration_keys(s.row_keys, s.iterations, 1)[:, 0]
+    t = _sample_rows(keys, probabilities(logits[:, 0], sampling))
+    hit_eos = jnp.zeros_like(active) if eos_id is None else t == eos_id
+    num_generated = s.num_generated + active
+    tokens = _write_rows(s.tokens, t[:, None], jnp.minimum(s.num_generated,
+                                                           max_new_tokens - 1))
+    return _AutoregressiveState(
+        target_state=target.rewind(target_state, jnp.where(active, start + 1, start)),
+        last=jnp.where(active, t, s.last),
+        tokens=jnp.where(active[:, None], tokens, s.tokens),
+        num_generated=num_generated,
+        done=s.done | (active & hit_eos) | (num_generated >= max_new_tokens),
+        row_keys=s.row_keys,
+        iterations=s.iterations + active)
+
+  s = jax.lax.while_loop(cond_fn, body_fn, state)
+  tokens, lengths = _finalize(s.tokens, s.num_generated, max_new_tokens)
+  return SampleOutput(tokens=tokens, lengths=lengths,
+                      stats=AutoregressiveStats(iterations=s.iterations))
+
+
+# ------------------------------------------------------------------- public entry points
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+  if isinstance(value, bool) or not isinstance(value, int):
+    raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+  if value < 1:
+    raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _check_common(model: DecodeModel, name: str, inputs: Any, max_new_tokens: Any,
+                  sampling: Any, eos_id: Any) -> None:
+  if not isinstance(model, DecodeModel):
+    raise TypeError(f"{name} must implement specdec.models.DecodeModel, got "
+                    f"{type(model).__name__}")
+  _check_positive_int("max_new_tokens", max_new_tokens)
+  if not isinstance(sampling, SamplingConfig):
+    raise TypeError(f"sampling must be a specdec.SamplingConfig, got "
+                    f"{type(sampling).__name__}")
+  sampling.validate_vocab(model.vocab_size)
+  shape, dtype = getattr(inputs, "shape", None), getattr(inputs, "dtype", None)
+  if shape is None or dtype is None:
+    raise TypeError(f"inputs must be an integer array [B, S], got {type(inputs).__name__}")
+  if len(shape) != 2:
+    raise ValueError(f"inputs must have rank 2 [B, S], got shape {tuple(shape)}")
+  if not jnp.issubdtype(dtype, jnp.integer):
+    raise TypeError(f"inputs must have an integer dtype, got {dtype}")
+  if shape[0] < 1 or shape[1] < 1:
+    raise ValueError(f"inputs must be non-empty, got shape {tuple(shape)}")
+  if eos_id is not None:
+    if isinstance(eos_id, bool) or not isinstance(eos_id, int):
+      raise TypeError(f"eos_id must be an int or None, got {eos_id!r}")
+    if not 0 <= eos_id < model.vocab_size:
+      raise ValueError(f"eos_id must be in [0, {model.vocab_size}), got {eos_id}")
+
+
+def speculative_sample(target: DecodeModel, draft: DecodeModel, inputs: Array,
+                       rng: Array, *, gamma: int, max_new_tokens: int,
+                       sampling: SamplingConfig = SamplingConfig(),
+                       eos_id: Optional[int] = None) -> SampleOutput:
+  """Samples from the target Mp with speculative decoding (Algorithm 1).
+
+  Exactly Mp's output distribution (Appendix A.1) under `sampling` applied to both
+  models (Section 2.3); at temperature 0, token for token Mp's greedy decode. Pure and
+  traceable: call it directly (it jit-compiles once per static configuration) or
+  inside your own `jax.jit` / `pjit`.
+
+  Args:
+    target: Mp, a `DecodeModel`.
+    draft: Mq, a `DecodeModel` with the same vocabulary.
+    inputs: int[B, S], whatever both models' `init` takes (T5: encoder tokens; a
+      causal LM: prompts).
+    rng: one PRNG key (split per row by folding in the row index) or one key per row
+      [B]; row b's output depends on its inputs and its own key only.
+    gamma: draft tokens per iteration, >= 1.
+    max_new_tokens: generated tokens per row at most, >= 1.
+    sampling: temperature / top-k / top-p, applied identically to p and q.
+    eos_id: a token that ends a row (kept in the output), or None.
+
+  Returns:
+    `SampleOutput` with tokens int32[B, max_new_tokens], lengths int32[B] and
+    `SpeculativeStats`. Both models are asked for max_new_tokens + gamma + 1 positions
+    beyond their inputs.
+  """
+  _check_positive_int("gamma", gamma)
+  _check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
+  _check_common(draft, "draft", inputs, max_new_tokens, sampling, eos_id)
+  if target.vocab_size != draft.vocab_size:
+    raise ValueError(f"vocab_size of target ({target.vocab_size}) and draft "
+                     f"({draft.vocab_size}) differ: Algorithm 1 compares p and q "
+                     "token by token")
+  return _speculative_jit(target, draft, inputs, rng, gamma=gamma,
+                          max_new_tokens=max_new_tokens, sampling=sampling,
+                          eos_id=eos_id)
+
+
+def autoregressive_sample(target: DecodeModel, inputs: Array, rng: Array, *,
+                          max_new_tokens: int,
+                          sampling: SamplingConfig = SamplingConfig(),
+                          eos_id: Optional[int] = None) -> SampleOutput:
+  """The baseline: one target call per token, in one compiled `lax.while_loop`.
+
+  Same arguments, outputs and per-row randomness convention as `speculative_sample`;
+  at temperature 0 this is greedy decoding, the reference the speculative decode must
+  equal token for token.
+  """
+  _check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
+  return _autoregressive_jit(target, inputs, rng, max_new_tokens=max_new_tokens,
+                             sampling=sampling, eos_id=eos_id)
