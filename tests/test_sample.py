@@ -1,0 +1,504 @@
+"""Algorithm 1 must be lossless, fast to compile, per-row and loud on bad input.
+
+Statistical tests use fixed seeds, so they are deterministic; each states the
+false-alarm rate its threshold would have under fresh randomness.
+"""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+import specdec
+from specdec import sample as sample_lib
+from specdec.distributions import SamplingConfig, probabilities
+
+# Chi-square tests reject at p < 1e-3: a false-alarm rate of 0.1% per test.
+CHI2_PVALUE = 1e-3
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+def _lookup(tokens, table):
+  return table[tokens]
+
+
+def bigram_model(table, max_length=None):
+  """A CausalLM whose next-token logits depend on the last token only."""
+  table = jnp.asarray(table, jnp.float32)
+  return specdec.CausalLM.from_fn(_lookup, table.shape[-1], max_length=max_length,
+                                  params=table)
+
+
+def _running_mean_logits(tokens, p):
+  e = p["emb"][tokens]
+  mean = jnp.cumsum(e, axis=1) / jnp.arange(1, tokens.shape[1] + 1)[None, :, None]
+  return 3.0 * jnp.tanh(mean) @ p["w"] + p["bigram"][tokens]
+
+
+def context_model(key, vocab, dim=8):
+  """A CausalLM whose logits depend on the whole prefix (causal running mean)."""
+  k1, k2, k3 = jax.random.split(key, 3)
+  params = dict(emb=jax.random.normal(k1, (vocab, dim)),
+                w=jax.random.normal(k2, (dim, vocab)),
+                bigram=jax.random.normal(k3, (vocab, vocab)))
+  return specdec.CausalLM.from_fn(_running_mean_logits, vocab, params=params)
+
+
+# ------------------------------------------------------------------ one step, exactly
+
+
+def emission_probabilities(p, q):
+  """P(the step emits v) in closed form, from the step's own pieces.
+
+  A draft x ~ q is kept with probability P(r q(x) < p(x)) for r ~ U[0, 1), i.e.
+  min(1, p(x)/q(x)); otherwise the step emits from `residual(p, q)`.
+  """
+  keep = jnp.where(q > 0, jnp.clip(p / jnp.where(q > 0, q, 1.0), 0.0, 1.0), 0.0)
+  rejected_mass = jnp.sum(q * (1.0 - keep))
+  return q * keep + rejected_mass * sample_lib.residual(p, q)
+
+
+def _normalize(x):
+  x = jnp.asarray(x, jnp.float32)
+  return x / jnp.sum(x)
+
+
+def step_cases():
+  rng = np.random.default_rng(0)
+  v = 7
+  cases = {}
+  for i in range(5):
+    cases[f"random{i}"] = (_normalize(rng.dirichlet(np.ones(v))),
+                           _normalize(rng.dirichlet(np.ones(v) * 0.3)))
+  p = _normalize(rng.dirichlet(np.ones(v)))
+  cases["p_equals_q"] = (p, p)
+  cases["disjoint_supports"] = (_normalize([1, 2, 3, 0, 0, 0, 0]),
+                                _normalize([0, 0, 0, 1, 1, 1, 1]))
+  cases["q_zero_where_p_has_mass"] = (_normalize([1, 1, 1, 1, 1, 1, 1]),
+                                      _normalize([0, 5, 0, 1, 0, 2, 0]))
+  cases["one_hot_same"] = (jax.nn.one_hot(3, v), jax.nn.one_hot(3, v))
+  cases["one_hot_different"] = (jax.nn.one_hot(3, v), jax.nn.one_hot(5, v))
+  cases["near_uniform"] = (_normalize(1 + 1e-6 * rng.standard_normal(v)),
+                           _normalize(1 + 1e-6 * rng.standard_normal(v)))
+  logits_p = jnp.asarray(rng.standard_normal(v) * 3, jnp.bfloat16)
+  logits_q = jnp.asarray(rng.standard_normal(v) * 3, jnp.bfloat16)
+  cases["bf16_logits"] = (probabilities(logits_p, SamplingConfig()),
+                          probabilities(logits_q, SamplingConfig()))
+  cases["bf16_top_k"] = (probabilities(logits_p, SamplingConfig(0.5, top_k=3)),
+                         probabilities(logits_q, SamplingConfig(0.5, top_k=3)))
+  return cases
+
+
+@pytest.mark.parametrize("name", list(step_cases()))
+def test_one_step_emits_exactly_p(name):
+  p, q = step_cases()[name]
+  emitted = emission_probabilities(p, q)
+  np.testing.assert_allclose(np.asarray(emitted), np.asarray(p), atol=2e-7, rtol=0)
+
+
+def test_accept_rule_is_r_below_p_over_q_without_dividing():
+  p_x = jnp.array([0.2, 0.2, 0.5, 0.0, 0.3])
+  q_x = jnp.array([0.4, 0.4, 0.5, 0.0, 0.0])
+  r = jnp.array([0.49, 0.51, 0.999, 0.5, 0.7])
+  assert sample_lib.accepts(r, p_x, q_x).tolist() == [True, False, True, False, True]
+
+
+def test_residual_falls_back_to_p_when_empty_and_is_q_free_when_q_is_zero():
+  p = _normalize([1, 2, 3])
+  np.testing.assert_allclose(sample_lib.residual(p, p), p)
+  np.testing.assert_allclose(sample_lib.residual(p, jnp.zeros(3)), p)
+  np.testing.assert_allclose(sample_lib.residual(p, _normalize([3, 2, 1])),
+                             _normalize([0, 0, 2 / 6]), atol=1e-7)
+
+
+def test_num_accepted_counts_only_the_leading_run():
+  acc = jnp.array([[1, 1, 0, 1], [0, 1, 1, 1], [1, 1, 1, 1]], bool)
+  assert sample_lib.num_accepted(acc).tolist() == [2, 0, 4]
+
+
+@pytest.mark.parametrize("gamma", [1, 3])
+def test_speculative_step_samples_p_in_distribution(gamma):
+  """Steps 3-4 themselves (not the closed form): 200k draws of the first token."""
+  v, batch = 5, 200_000
+  p1 = _normalize([0.4, 0.3, 0.2, 0.05, 0.05])
+  q1 = _normalize([0.05, 0.05, 0.2, 0.3, 0.4])
+  key_x, key_r, key_t = jax.random.split(jax.random.key(42), 3)
+  x = jax.random.categorical(key_x, jnp.log(q1), shape=(batch, gamma)).astype(jnp.int32)
+  q = jnp.broadcast_to(q1, (batch, gamma, v))
+  p = jnp.broadcast_to(p1, (batch, gamma + 1, v))
+  r = jax.random.uniform(key_r, (batch, gamma))
+  n, t, _ = sample_lib.speculative_step(p, q, x, r, jax.random.split(key_t, batch))
+  first = np.where(np.asarray(n) > 0, np.asarray(x[:, 0]), np.asarray(t))
+  observed = np.bincount(first, minlength=v)
+  expected = np.asarray(p1, np.float64) / np.sum(np.asarray(p1, np.float64)) * batch
+  assert scipy_stats.chisquare(observed, expected).pvalue > CHI2_PVALUE
+
+
+# ---------------------------------------------------- whole sequences, statistically
+
+
+def exact_sequence_distribution(table, prompt_token, num_new, sampling, eos_id):
+  """{sequence (padded with 0 after EOS): probability} under the target alone."""
+  probs = np.asarray(probabilities(jnp.asarray(table, jnp.float32), sampling),
+                     np.float64)
+  probs /= probs.sum(axis=-1, keepdims=True)  # float32 rounding, not a model property
+  dist = {}
+  vocab = table.shape[0]
+  for seq in itertools.product(range(vocab), repeat=num_new):
+    prob, prev, out = 1.0, prompt_token, []
+    for tok in seq:
+      prob *= probs[prev, tok]
+      out.append(tok)
+      prev = tok
+      if eos_id is not None and tok == eos_id:
+        break
+    key = tuple(out + [0] * (num_new - len(out)))
+    if len(out) == num_new or all(s == 0 for s in seq[len(out):]):
+      dist[key] = dist.get(key, 0.0) + prob
+  return dist
+
+
+def chi_square_pvalue(samples, dist):
+  """Chi-square goodness of fit, pooling outcomes expected fewer than 5 times."""
+  total = samples.shape[0]
+  counts = {}
+  for row in map(tuple, samples.tolist()):
+    counts[row] = counts.get(row, 0) + 1
+  unknown = sum(c for k, c in counts.items() if k not in dist)
+  assert unknown == 0, f"{unknown} samples outside the target's support"
+  observed, expected, pooled_obs, pooled_exp = [], [], 0, 0.0
+  for seq, prob in dist.items():
+    if prob * total >= 5:
+      observed.append(counts.get(seq, 0))
+      expected.append(prob * total)
+    else:
+      pooled_obs += counts.get(seq, 0)
+      pooled_exp += prob * total
+  if pooled_exp > 0:
+    observed.append(pooled_obs)
+    expected.append(pooled_exp)
+  expected = np.asarray(expected) * (total / np.sum(expected))
+  return scipy_stats.chisquare(observed, expected).pvalue
+
+
+VOCAB, NUM_NEW, NUM_SEQUENCES = 5, 4, 100_000
+
+
+def toy_tables(seed):
+  rng = np.random.default_rng(seed)
+  target = rng.standard_normal((VOCAB, VOCAB)) * 1.5
+  draft = target + rng.standard_normal((VOCAB, VOCAB)) * 1.5
+  return target.astype(np.float32), draft.astype(np.float32)
+
+
+SEQUENCE_CASES = {
+    "temperature_1": (SamplingConfig(1.0), 3, None),
+    "temperature_0.6_top_k_3": (SamplingConfig(0.6, top_k=3), 2, None),
+    "top_p_0.8": (SamplingConfig(1.0, top_p=0.8), 4, None),
+    "temperature_1_with_eos": (SamplingConfig(1.0), 3, 4),
+}
+
+
+def draw_sequences(target, draft, sampling, gamma, eos_id, seed):
+  inputs = jnp.full((NUM_SEQUENCES, 1), 1, jnp.int32)
+  out = specdec.speculative_sample(target, draft, inputs, jax.random.key(seed),
+                                   gamma=gamma, max_new_tokens=NUM_NEW,
+                                   sampling=sampling, eos_id=eos_id)
+  return np.asarray(out.tokens), out
+
+
+@pytest.mark.parametrize("name", list(SEQUENCE_CASES))
+def test_speculative_sequences_follow_the_target_distribution(name):
+  sampling, gamma, eos_id = SEQUENCE_CASES[name]
+  target_table, draft_table = toy_tables(seed=7)
+  samples, out = draw_sequences(bigram_model(target_table), bigram_model(draft_table),
+                                sampling, gamma, eos_id, seed=11)
+  dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, eos_id)
+  assert abs(sum(dist.values()) - 1.0) < 1e-9
+  # The draft is imperfect, so some drafts were rejected: the test is not vacuous.
+  assert 0 < int(out.stats.accepted.sum()) < int(out.stats.drafted.sum())
+  assert chi_square_pvalue(samples, dist) > CHI2_PVALUE
+
+
+def test_negative_control_accepting_every_draft_is_detected(monkeypatch):
+  """The same test must reject a sampler that skips the acceptance test."""
+  sampling, gamma, eos_id = SEQUENCE_CASES["temperature_1"]
+  target_table, draft_table = toy_tables(seed=7)
+  dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, eos_id)
+  monkeypatch.setattr(sample_lib, "accepts", lambda r, p_x, q_x: jnp.ones_like(r, bool))
+  jax.clear_caches()
+  try:
+    samples, _ = draw_sequences(bigram_model(target_table), bigram_model(draft_table),
+                                sampling, gamma, eos_id, seed=11)
+  finally:
+    monkeypatch.undo()
+    jax.clear_caches()
+  assert chi_square_pvalue(samples, dist) < CHI2_PVALUE
+
+
+# ----------------------------------------------------------- temperature 0 is greedy Mp
+
+
+@pytest.mark.parametrize("gamma,batch", [(1, 1), (2, 3), (4, 8), (7, 5)])
+def test_greedy_speculative_equals_greedy_target(gamma, batch):
+  vocab = 16
+  target = context_model(jax.random.key(0), vocab)
+  draft = context_model(jax.random.key(1), vocab)
+  inputs = jax.random.randint(jax.random.key(2), (batch, 3), 0, vocab)
+  spec = specdec.speculative_sample(target, draft, inputs, jax.random.key(3),
+                                    gamma=gamma, max_new_tokens=12, sampling=GREEDY,
+                                    eos_id=5)
+  base = specdec.autoregressive_sample(target, inputs, jax.random.key(4),
+                                       max_new_tokens=12, sampling=GREEDY, eos_id=5)
+  np.testing.assert_array_equal(spec.tokens, base.tokens)
+  np.testing.assert_array_equal(spec.lengths, base.lengths)
+
+
+def test_greedy_with_the_target_as_its_own_draft_accepts_everything():
+  target = context_model(jax.random.key(0), 16)
+  inputs = jnp.ones((2, 2), jnp.int32)
+  out = specdec.speculative_sample(target, target, inputs, jax.random.key(0), gamma=3,
+                                   max_new_tokens=12, sampling=GREEDY)
+  np.testing.assert_array_equal(out.stats.accepted, 3 * out.stats.iterations)
+  np.testing.assert_array_equal(out.stats.iterations, [3, 3])
+  np.testing.assert_allclose(out.stats.alpha_hat, 1.0)
+
+
+# -------------------------------------------------------------------- rows, keys, EOS
+
+
+def test_a_row_alone_equals_the_same_row_in_a_batch():
+  vocab = 16
+  target = context_model(jax.random.key(0), vocab)
+  draft = context_model(jax.random.key(1), vocab)
+  inputs = jax.random.randint(jax.random.key(2), (6, 3), 0, vocab)
+  keys = jax.random.split(jax.random.key(9), 6)
+  cfg = SamplingConfig(1.0)
+  batch = specdec.speculative_sample(target, draft, inputs, keys, gamma=3,
+                                     max_new_tokens=10, sampling=cfg, eos_id=5)
+  for row in (0, 4):
+    alone = specdec.speculative_sample(target, draft, inputs[row:row + 1],
+                                       keys[row:row + 1], gamma=3, max_new_tokens=10,
+                                       sampling=cfg, eos_id=5)
+    np.testing.assert_array_equal(alone.tokens[0], batch.tokens[row])
+    assert int(alone.stats.accepted[0]) == int(batch.stats.accepted[row])
+
+
+def test_baseline_row_alone_equals_the_same_row_in_a_batch():
+  target = context_model(jax.random.key(0), 16)
+  inputs = jax.random.randint(jax.random.key(2), (4, 3), 0, 16)
+  keys = jax.random.split(jax.random.key(9), 4)
+  batch = specdec.autoregressive_sample(target, inputs, keys, max_new_tokens=8)
+  alone = specdec.autoregressive_sample(target, inputs[2:3], keys[2:3], max_new_tokens=8)
+  np.testing.assert_array_equal(alone.tokens[0], batch.tokens[2])
+
+
+def test_raw_uint32_keys_work_like_typed_keys():
+  target = context_model(jax.random.key(0), 16)
+  inputs = jnp.ones((2, 2), jnp.int32)
+  a = specdec.autoregressive_sample(target, inputs, jax.random.PRNGKey(3), max_new_tokens=6)
+  b = specdec.autoregressive_sample(target, inputs, jax.random.key(3), max_new_tokens=6)
+  np.testing.assert_array_equal(a.tokens, b.tokens)
+
+
+def test_rows_stop_at_eos_and_are_padded_after_it():
+  vocab = 16
+  target = context_model(jax.random.key(0), vocab)
+  draft = context_model(jax.random.key(1), vocab)
+  inputs = jax.random.randint(jax.random.key(5), (64, 2), 0, vocab)
+  eos = 3
+  out = specdec.speculative_sample(target, draft, inputs, jax.random.key(1), gamma=4,
+                                   max_new_tokens=20, sampling=SamplingConfig(1.0),
+                                   eos_id=eos)
+  tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+  ended = lengths < 20
+  assert ended.any() and (~ended).any()
+  for row, length in zip(tokens, lengths):
+    assert eos not in row[:length - 1]
+    assert (row[length:] == 0).all()
+    if length < 20:
+      assert row[length - 1] == eos
+
+
+def test_stats_count_every_token_produced():
+  vocab = 16
+  target = context_model(jax.random.key(0), vocab)
+  draft = context_model(jax.random.key(1), vocab)
+  inputs = jax.random.randint(jax.random.key(5), (32, 2), 0, vocab)
+  gamma, max_new = 5, 17
+  out = specdec.speculative_sample(target, draft, inputs, jax.random.key(1),
+                                   gamma=gamma, max_new_tokens=max_new,
+                                   sampling=SamplingConfig(1.0))
+  produced = np.asarray(out.stats.accepted + out.stats.iterations)
+  np.testing.assert_array_equal(out.stats.drafted, gamma * out.stats.iterations)
+  np.testing.assert_array_equal(out.lengths, np.minimum(produced, max_new))
+  # The last iteration overshoots by at most gamma tokens.
+  assert (produced >= max_new).all() and (produced < max_new + gamma + 1).all()
+  assert ((0 <= out.stats.alpha_hat) & (out.stats.alpha_hat <= 1)).all()
+
+
+@pytest.mark.parametrize("gamma", [2, 5])
+def test_tokens_per_iteration_match_equation_1_for_constant_models(gamma):
+  vocab, batch = 6, 4000
+  rng = np.random.default_rng(3)
+  lp, lq = rng.standard_normal(vocab) * 1.5, rng.standard_normal(vocab) * 1.5
+  target = specdec.CausalLM.from_fn(
+      lambda t: jnp.broadcast_to(jnp.asarray(lp, jnp.float32), t.shape + (vocab,)), vocab)
+  draft = specdec.CausalLM.from_fn(
+      lambda t: jnp.broadcast_to(jnp.asarray(lq, jnp.float32), t.shape + (vocab,)), vocab)
+  out = specdec.speculative_sample(target, draft, jnp.zeros((batch, 1), jnp.int32),
+                                   jax.random.key(0), gamma=gamma, max_new_tokens=24,
+                                   sampling=SamplingConfig(1.0))
+  p = probabilities(jnp.asarray(lp), SamplingConfig(1.0))
+  q = probabilities(jnp.asarray(lq), SamplingConfig(1.0))
+  alpha = float(specdec.theory.acceptance(p, q))
+  np.testing.assert_allclose(out.stats.alpha_hat, alpha, rtol=1e-5)
+  iterations = int(out.stats.iterations.sum())
+  measured = int((out.stats.accepted + out.stats.iterations).sum()) / iterations
+  # n + 1 is a truncated geometric: P(n + 1 = k) = alpha^(k-1) (1 - alpha), k <= gamma,
+  # and alpha^gamma at k = gamma + 1. Pass within 4 standard errors (false alarm 6e-5).
+  k = np.arange(1, gamma + 2)
+  pk = np.append(alpha ** (k[:-1] - 1) * (1 - alpha), alpha ** gamma)
+  mean, std = float(pk @ k), float(np.sqrt(pk @ k**2 - (pk @ k) ** 2))
+  np.testing.assert_allclose(mean, specdec.theory.expected_tokens(alpha, gamma))
+  assert abs(measured - mean) < 4 * std / np.sqrt(iterations)
+
+
+def test_nan_and_infinite_logits_never_give_nan():
+  vocab = 8
+
+  def wild(tokens):
+    base = jnp.where(tokens[..., None] % 2 == 0, jnp.nan, -jnp.inf)
+    col = jnp.arange(vocab)
+    return jnp.where(col == 3, jnp.inf, jnp.where(col == 5, 1.0, base))
+
+  target = specdec.CausalLM.from_fn(wild, vocab)
+  draft = specdec.CausalLM.from_fn(lambda t: jnp.full(t.shape + (vocab,), -jnp.inf), vocab)
+  out = specdec.speculative_sample(target, draft, jnp.zeros((4, 1), jnp.int32),
+                                   jax.random.key(0), gamma=3, max_new_tokens=6,
+                                   sampling=SamplingConfig(0.7, top_p=0.9))
+  assert np.isfinite(np.asarray(out.stats.alpha_hat)).all()
+  assert ((np.asarray(out.tokens) >= 0) & (np.asarray(out.tokens) < vocab)).all()
+  # +inf logit at 3 dominates the target: every token is 3.
+  assert (np.asarray(out.tokens) == 3).all()
+
+
+# ----------------------------------------------------------- compilation and tracing
+
+
+def test_same_shapes_compile_once():
+  vocab = 16
+  target = context_model(jax.random.key(0), vocab)
+  draft = context_model(jax.random.key(1), vocab)
+  other_target = context_model(jax.random.key(7), vocab)  # new weights, same shapes
+  kwargs = dict(gamma=3, max_new_tokens=6, sampling=SamplingConfig(0.9), eos_id=2)
+  inputs = jnp.ones((2, 3), jnp.int32)
+  specdec.speculative_sample(target, draft, inputs, jax.random.key(0), **kwargs)
+  before = sample_lib._speculative_jit._cache_size()
+  specdec.speculative_sample(target, draft, inputs + 1, jax.random.key(1), **kwargs)
+  specdec.speculative_sample(other_target, draft, inputs, jax.random.key(2), **kwargs)
+  assert sample_lib._speculative_jit._cache_size() == before
+
+  specdec.autoregressive_sample(target, inputs, jax.random.key(0), max_new_tokens=6)
+  before = sample_lib._autoregressive_jit._cache_size()
+  specdec.autoregressive_sample(other_target, inputs + 2, jax.random.key(5),
+                                max_new_tokens=6)
+  assert sample_lib._autoregressive_jit._cache_size() == before
+
+
+def test_samplers_are_traceable_inside_a_user_jit():
+  vocab = 16
+  target = context_model(jax.random.key(0), vocab)
+  draft = context_model(jax.random.key(1), vocab)
+  inputs = jax.random.randint(jax.random.key(2), (3, 3), 0, vocab)
+
+  @jax.jit
+  def decode(target, draft, inputs, key):
+    spec = specdec.speculative_sample(target, draft, inputs, key, gamma=2,
+                                      max_new_tokens=8, sampling=SamplingConfig(1.0))
+    base = specdec.autoregressive_sample(target, inputs, key, max_new_tokens=8)
+    return spec.tokens, base.tokens
+
+  spec_tokens, base_tokens = decode(target, draft, inputs, jax.random.key(4))
+  direct = specdec.speculative_sample(target, draft, inputs, jax.random.key(4), gamma=2,
+                                      max_new_tokens=8, sampling=SamplingConfig(1.0))
+  np.testing.assert_array_equal(spec_tokens, direct.tokens)
+  assert base_tokens.shape == (3, 8)
+
+
+def test_the_decode_is_one_while_loop_with_one_target_call_per_iteration():
+  calls = {"target": 0}
+  vocab = 8
+  table = jnp.asarray(np.random.default_rng(0).standard_normal((vocab, vocab)), jnp.float32)
+
+  def target_fn(tokens):
+    calls["target"] += 1  # Counts traces of the target's logits function.
+    return table[tokens]
+
+  target = specdec.CausalLM.from_fn(target_fn, vocab)
+  draft = bigram_model(table * 0.5)
+  fn = lambda i, k: specdec.speculative_sample(  # noqa: E731
+      target, draft, i, k, gamma=4, max_new_tokens=9, sampling=SamplingConfig(1.0)).tokens
+  jaxpr = jax.make_jaxpr(fn)(jnp.ones((2, 1), jnp.int32), jax.random.key(0))
+  text = str(jaxpr)
+  assert text.count("while[") == 1
+  assert calls["target"] == 1
+
+
+# ------------------------------------------------------------------------- bad input
+
+
+def _good():
+  vocab = 8
+  table = jnp.zeros((vocab, vocab))
+  return dict(target=bigram_model(table), draft=bigram_model(table),
+              inputs=jnp.ones((2, 1), jnp.int32), rng=jax.random.key(0))
+
+
+BAD_ARGUMENTS = [
+    (dict(gamma=0), ValueError, "gamma"),
+    (dict(gamma=2.0), TypeError, "gamma"),
+    (dict(gamma=True), TypeError, "gamma"),
+    (dict(max_new_tokens=0), ValueError, "max_new_tokens"),
+    (dict(max_new_tokens=None), TypeError, "max_new_tokens"),
+    (dict(sampling=SamplingConfig(1.0, top_k=9)), ValueError, "top_k"),
+    (dict(sampling="greedy"), TypeError, "sampling"),
+    (dict(draft=bigram_model(jnp.zeros((9, 9)))), ValueError, "vocab_size"),
+    (dict(draft="not a model"), TypeError, "draft"),
+    (dict(inputs=jnp.ones((3,), jnp.int32)), ValueError, "inputs"),
+    (dict(inputs=jnp.ones((2, 1), jnp.float32)), TypeError, "inputs"),
+    (dict(inputs=jnp.ones((0, 1), jnp.int32)), ValueError, "inputs"),
+    (dict(inputs=jnp.ones((2, 0), jnp.int32)), ValueError, "inputs"),
+    (dict(inputs=[[1]]), TypeError, "inputs"),
+    (dict(eos_id=8), ValueError, "eos_id"),
+    (dict(eos_id=-1), ValueError, "eos_id"),
+    (dict(eos_id=1.0), TypeError, "eos_id"),
+    (dict(target=bigram_model(jnp.zeros((8, 8)), max_length=8)), ValueError,
+     "max_length"),
+    (dict(rng=jnp.zeros((3,), jnp.uint32)), ValueError, "rng"),
+    (dict(rng=jax.random.split(jax.random.key(0), 3)), ValueError, "rng"),
+]
+
+
+@pytest.mark.parametrize("override,error,name", BAD_ARGUMENTS,
+                         ids=[f"{b[2]}-{i}" for i, b in enumerate(BAD_ARGUMENTS)])
+def test_bad_arguments_raise_errors_naming_them(override, error, name):
+  args = dict(_good(), gamma=3, max_new_tokens=4, sampling=SamplingConfig(1.0), eos_id=1)
+  args.update(override)
+  with pytest.raises(error, match=name):
+    specdec.speculative_sample(args.pop("target"), args.pop("draft"), args.pop("inputs"),
+                               args.pop("rng"), **args)
+
+
+def test_a_cache_too_short_for_inputs_new_tokens_and_gamma_is_refused():
+  # Prompt 2 + max_new_tokens 4 + gamma 3 + 1 = 10 positions are needed.
+  inputs = jnp.ones((1, 2), jnp.int32)
+  ok = bigram_model(jnp.zeros((8, 8)), max_length=10)
+  specdec.speculative_sample(ok, ok, inputs, jax.random.key(0), gamma=3, max_new_tokens=4)
+  short = bigram_model(jnp.zeros((8, 8)), max_length=9)
+  with pytest.raises(ValueError, match="max_length"):
+    specdec.speculative_sample(short, ok, inputs, jax.random.key(0), gamma=3,
+                               max_new_tokens=4)
