@@ -102,7 +102,11 @@ def probabilities(logits: Array, sampling: SamplingConfig) -> Array:
   if sampling.greedy:
     return jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1],
                           dtype=jnp.float32)
-  logits = jnp.clip(logits / sampling.temperature, -_LOGIT_MAX, _LOGIT_MAX)
+  # Shift the max to 0 first, so a temperature that underflows float32 sends every
+  # other logit to -inf instead of computing 0 / 0.
+  logits = logits - jnp.max(logits, axis=-1, keepdims=True)
+  temperature = max(sampling.temperature, float(jnp.finfo(jnp.float32).tiny))
+  logits = jnp.clip(logits / temperature, -_LOGIT_MAX, _LOGIT_MAX)
   if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
     logits = jnp.where(_top_k_mask(logits, sampling.top_k), logits, -jnp.inf)
   probs = jax.nn.softmax(logits, axis=-1)
