@@ -1,0 +1,26 @@
+# The two commands of the README: `make demo` and `make test`. Each creates the local
+# virtual environment .venv on first use (Python >= 3.10 is all a machine needs).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+EXTRAS := test,checkpoints,hf
+
+.PHONY: demo test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) -m specdec.demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) scripts/bench_sampler.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
