@@ -867,10 +867,16 @@ def _dummy_tokens() -> tuple[Array, Array, Array]:
   return ones, ones, ones
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _init_variables(cfg: T5Config, rng: Array) -> dict[str, Any]:
+  # One compiled program: op-by-op initialization of a deep model is much slower.
+  return Transformer(cfg).init(rng, *_dummy_tokens(), enable_dropout=False)
+
+
 def init_variables(cfg: T5Config, rng: Array) -> dict[str, Any]:
   """`Transformer(cfg).init`: {'params': ..., 'params_axes': ...} (T5X's init)."""
   check_config(cfg)
-  return Transformer(cfg).init(rng, *_dummy_tokens(), enable_dropout=False)
+  return _init_variables(cfg, rng)
 
 
 def init_params(cfg: T5Config, rng: Array) -> dict[str, Any]:
@@ -878,9 +884,42 @@ def init_params(cfg: T5Config, rng: Array) -> dict[str, Any]:
   return init_variables(cfg, rng)['params']
 
 
+@functools.lru_cache(maxsize=64)
+def _param_shapes(cfg: T5Config) -> dict[str, Any]:
+  return jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+
+
 def param_shapes(cfg: T5Config) -> dict[str, Any]:
   """The parameter tree of `cfg` as `jax.ShapeDtypeStruct`s, allocating nothing."""
-  return jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+  check_config(cfg)
+  return jax.tree.map(lambda x: x, _param_shapes(cfg))
+
+
+def random_params(cfg: T5Config, seed: int = 0, dtype: Any = np.float32
+                  ) -> dict[str, Any]:
+  """Random parameters drawn with numpy at T5X's initializer scales.
+
+  Normal with std 1/sqrt(fan_in) for kernels (and a further 1/sqrt(head_dim) for
+  queries, as in T5X), 1 for the embedding; layer-norm scales are 1. Unlike
+  `init_params` this compiles nothing, so it is fast at any size: for tests and
+  benchmarks, where the weights' exact distribution does not matter.
+  """
+  rng = np.random.default_rng(seed)
+
+  def draw(path, leaf) -> np.ndarray:
+    name = path[-2].key if len(path) > 1 else ''
+    if path[-1].key == 'scale':
+      return np.ones(leaf.shape, dtype)
+    if path[-1].key == 'embedding':
+      std = 1.0
+    else:
+      std = 1.0 / np.sqrt(leaf.shape[-1] if path[-1].key == 'rel_embedding'
+                          else leaf.shape[0])
+      if name == 'query':
+        std /= np.sqrt(cfg.head_dim)
+    return (rng.standard_normal(leaf.shape, np.float32) * std).astype(dtype)
+
+  return jax.tree_util.tree_map_with_path(draw, param_shapes(cfg))
 
 
 def param_count(cfg: T5Config) -> int:

@@ -1,0 +1,110 @@
+"""Shared helpers of the T5 tests: tiny models and a T5X legacy checkpoint writer."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from flax import serialization, traverse_util
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tensorstore as ts
+
+from specdec.models import t5
+
+# T5X's checkpoint version (t5x/checkpoints.py `VERSION`).
+T5X_CHECKPOINT_VERSION = 3
+
+
+def tiny_model(version: str = '1.1', seed: int = 0, **overrides) -> t5.T5:
+  """A random tiny float32 T5 as a DecodeModel."""
+  cfg = t5.tiny_config(version, **overrides)
+  return t5.T5(cfg, t5.random_params(cfg, seed))
+
+
+def random_inputs(batch: int, length: int, vocab: int, seed: int = 0,
+                  pad_from: Mapping[int, int] | None = None) -> jax.Array:
+  """int32[batch, length] of ids in [2, vocab); row b padded (id 0) from pad_from[b]."""
+  tokens = np.random.default_rng(seed).integers(2, vocab, (batch, length))
+  for row, start in (pad_from or {}).items():
+    tokens[row, start:] = 0
+  return jnp.asarray(tokens, jnp.int32)
+
+
+def full_logits(model: t5.T5, inputs: jax.Array, decoder_inputs: jax.Array) -> jax.Array:
+  """The non-cached forward pass: logits [B, L, V] of `decoder_inputs` [B, L]."""
+  # Targets only matter for the padding mask; nonzero ones mask nothing.
+  targets = jnp.ones_like(decoder_inputs)
+  return model.module.apply({'params': model.params}, inputs, decoder_inputs, targets,
+                            enable_dropout=False)
+
+
+def write_t5x_legacy(ckpt_dir: str, params: Mapping[str, Any], step: int = 1000,
+                     extra_target: Mapping[str, np.ndarray] | None = None) -> str:
+  """Writes `params` as T5X's legacy Checkpointer does; returns the msgpack path.
+
+  Layout (t5x/checkpoints.py): `ckpt_dir/checkpoint`, a msgpack of
+  {'version': 3, 'optimizer': {'target': ..., 'state': ...}} whose array leaves are
+  TensorStore specs (as `ts.Spec.to_json()` writes them) of gzip zarr arrays at the
+  checkpoint-relative paths `target.<dotted name>`. The optimizer state holds the
+  step inline and one factored second moment per kernel, as Adafactor's does.
+  """
+  os.makedirs(ckpt_dir, exist_ok=True)
+
+  def write(name: str, array: np.ndarray) -> dict[str, Any]:
+    spec = {'driver': 'zarr', 'dtype': jnp.dtype(array.dtype).name,
+            'kvstore': {'driver': 'file', 'path': name},
+            'metadata': {'compressor': {'id': 'gzip'}, 'shape': list(array.shape),
+                         'chunks': list(array.shape)}}
+    absolute = dict(spec, kvstore={'driver': 'file',
+                                   'path': os.path.join(ckpt_dir, name)})
+    store = ts.open(absolute, create=True, open=True).result()
+    store.write(array).result()
+    return ts.Spec(spec).to_json()
+
+  flat = {k: np.asarray(v) for k, v in traverse_util.flatten_dict(params).items()}
+  flat.update({tuple(k.split('/')): v for k, v in (extra_target or {}).items()})
+  target = {k: write('target.' + '.'.join(k), v) for k, v in flat.items()}
+  param_states = {k + ('v_row',): write('state.param_states.' + '.'.join(k) + '.v_row',
+                                        np.ones(v.shape[:1], np.float32))
+                  for k, v in flat.items() if v.ndim == 2}
+  contents = {'version': T5X_CHECKPOINT_VERSION,
+              'optimizer': {'target': traverse_util.unflatten_dict(target),
+                            'state': {'step': np.int32(step),
+                                      'param_states':
+                                          traverse_util.unflatten_dict(param_states)}}}
+  path = os.path.join(ckpt_dir, 'checkpoint')
+  with open(path, 'wb') as f:
+    f.write(serialization.msgpack_serialize(contents))
+  return path
+
+
+def write_t5x_orbax(model_dir: str, params: Mapping[str, Any], step: int = 1000) -> str:
+  """Writes `params` as T5X's Orbax checkpointer does; returns the step directory.
+
+  Layout: `model_dir/checkpoint_<step>/state`, a `PyTreeCheckpointHandler(use_ocdbt=
+  True)` item of {'target': params, 'state': {'step': ...}} under a CheckpointManager
+  with T5X's step prefix 'checkpoint'.
+  """
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  manager = ocp.CheckpointManager(
+      model_dir, item_handlers={'state': ocp.PyTreeCheckpointHandler(use_ocdbt=True)},
+      options=ocp.CheckpointManagerOptions(step_prefix='checkpoint',
+                                           enable_async_checkpointing=False))
+  tree = {'target': jax.tree.map(np.asarray, params), 'state': {'step': np.int32(step)}}
+  manager.save(step, args=ocp.args.Composite(state=ocp.args.PyTreeSave(tree)))
+  manager.wait_until_finished()
+  manager.close()
+  return os.path.join(model_dir, f'checkpoint_{step}')
+
+
+def assert_trees_equal(a: Mapping[str, Any], b: Mapping[str, Any]) -> None:
+  """Same keys, shapes, dtypes and values."""
+  fa, fb = traverse_util.flatten_dict(a), traverse_util.flatten_dict(b)
+  assert set(fa) == set(fb), set(fa) ^ set(fb)
+  for key in fa:
+    x, y = np.asarray(fa[key]), np.asarray(fb[key])
+    assert x.shape == y.shape and x.dtype == y.dtype, (key, x.shape, x.dtype, y.shape,
+                                                       y.dtype)
+    np.testing.assert_array_equal(x, y, err_msg='/'.join(key))
