@@ -455,7 +455,7 @@ def speculative_sample(target: DecodeModel, draft: DecodeModel, inputs: Array,
     target: Mp, a `DecodeModel`.
     draft: Mq, a `DecodeModel` with the same vocabulary.
     inputs: int[B, S], whatever both models' `init` takes (T5: encoder tokens; a
-      causal LM: prompts).
+      causal LM: prompts). Both models are fed the target's `start_tokens`.
     rng: one PRNG key (split per row by folding in the row index) or one key per row
       [B]; row b's output depends on its inputs and its own key only.
     gamma: draft tokens per iteration, >= 1.
