@@ -1,0 +1,139 @@
+"""Every gin file in configs/ parses, and builds the objects it names.
+
+Files that import t5x (runs/infer*.gin) are parsed for syntax here; the t5x-marked test
+below, and tests/test_t5x.py's `t5x.infer` runs, resolve and build them for real.
+"""
+
+import pathlib
+import sys
+
+import jax.numpy as jnp
+import pytest
+
+gin = pytest.importorskip('gin', reason="gin-config is not installed (specdec[t5x])")
+from gin import config_parser  # pylint: disable=g-import-not-at-top
+
+from specdec import data
+from specdec.distributions import SamplingConfig
+from specdec.models import t5
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+CONFIGS = REPO / 'configs'
+ALL_FILES = sorted(CONFIGS.rglob('*.gin'))
+T5X_FILES = [p for p in ALL_FILES if 'from t5x import' in p.read_text()]
+PLAIN_FILES = [p for p in ALL_FILES if p not in T5X_FILES]
+SIZES = ('small', 'base', 'large', 'xl', 'xxl')
+DRAFTS = ('small', 'base', 'large')
+# Table 2 of the paper: gamma per (task, temperature) for the small/base/large drafts.
+TABLE2_GAMMA = {('wmt_ende', 0): (7, 7, 7), ('wmt_ende', 1): (7, 5, 3),
+                ('cnndm', 0): (5, 5, 3), ('cnndm', 1): (5, 3, 3)}
+TASK_NAMES = {'wmt_ende': data.WMT_TASK, 'cnndm': data.CNNDM_TASK}
+
+
+def _name(path: pathlib.Path) -> str:
+  return str(path.relative_to(REPO))
+
+
+@pytest.fixture(autouse=True)
+def fresh_gin():
+  gin.clear_config(clear_constants=False)
+  gin.add_config_file_search_path(str(REPO))
+  yield
+  gin.clear_config(clear_constants=False)
+
+
+def _built(value):
+  """A queried gin value with its references (macros, @x()) evaluated."""
+  while isinstance(value, gin.config.ConfigurableReference):
+    value = value.scoped_configurable_fn()
+  return value
+
+
+def _macro(name: str):
+  return _built(gin.query_parameter(f'%{name}'))
+
+
+def _same_config(built: t5.T5Config, preset: t5.T5Config) -> bool:
+  return built.replace(dtype=jnp.dtype(built.dtype)) == preset.replace(
+      dtype=jnp.dtype(preset.dtype))
+
+
+def test_the_expected_files_exist():
+  names = {_name(p) for p in ALL_FILES}
+  assert {f'configs/models/t5_1_1_{s}.gin' for s in SIZES} <= names
+  assert {f'configs/pairs/xxl_{d}.gin' for d in DRAFTS} <= names
+  assert {f'configs/runs/{task}_t{t}_{d}.gin' for (task, t) in TABLE2_GAMMA
+          for d in DRAFTS} <= names
+  assert {'configs/runs/infer.gin', 'configs/runs/infer_decode_fn.gin'} <= names
+
+
+@pytest.mark.parametrize('path', ALL_FILES, ids=_name)
+def test_every_file_parses(path):
+  # Syntax and structure only: no import, no reference resolved.
+  statements = list(config_parser.ConfigParser(
+      path.read_text(), gin.config.ParserDelegate(skip_unknown=True)))
+  assert statements
+
+
+@pytest.mark.parametrize('size', SIZES)
+def test_model_files_build_the_t5_1_1_presets(size):
+  gin.parse_config_file(str(CONFIGS / 'models' / f't5_1_1_{size}.gin'))
+  module = _macro(f'T5_1_1_{size.upper()}')
+  assert isinstance(module, t5.Transformer)
+  assert _same_config(module.config, t5.CONFIGS[f't5_1_1_{size}'])
+
+
+@pytest.mark.parametrize('draft', DRAFTS)
+def test_pair_files_build_table2_pairs(draft):
+  gin.parse_config_file(str(CONFIGS / 'pairs' / f'xxl_{draft}.gin'))
+  assert _same_config(_macro('TARGET_MODULE').config, t5.CONFIGS['t5_1_1_xxl'])
+  assert _same_config(_macro('DRAFT_MODULE').config, t5.CONFIGS[f't5_1_1_{draft}'])
+  base = 'gs://t5-data/pretrained_models/t5x'
+  assert _macro('TARGET_CHECKPOINT_PATH') == f'{base}/t5_1_1_xxl/checkpoint_1000000'
+  assert _macro('DRAFT_CHECKPOINT_PATH') == f'{base}/t5_1_1_{draft}/checkpoint_1000000'
+
+
+@pytest.mark.parametrize('task,temperature,draft',
+                         [(task, t, d) for (task, t) in TABLE2_GAMMA for d in DRAFTS])
+def test_run_files_bind_table2_settings_to_specdec_run(task, temperature, draft):
+  gin.parse_config_file(str(CONFIGS / 'runs' / f'{task}_t{temperature}_{draft}.gin'))
+  expected_gamma = TABLE2_GAMMA[(task, temperature)][DRAFTS.index(draft)]
+  assert _macro('GAMMA') == expected_gamma
+  assert _macro('BATCH_SIZE') == 1
+  assert _macro('TASK') == TASK_NAMES[task]
+  assert set(_macro('TASK_FEATURE_LENGTHS')) == {'inputs', 'targets'}
+  assert _same_config(_macro('DRAFT_MODULE').config, t5.CONFIGS[f't5_1_1_{draft}'])
+  # What specdec.run calls: evaluate's bindings, built.
+  bound = {name: _built(gin.query_parameter(f'specdec.run.evaluate.{name}'))
+           for name in ('task', 'gamma', 'sampling', 'target_module', 'batch_size')}
+  assert bound['sampling'] == SamplingConfig(temperature=float(temperature))
+  assert bound['gamma'] == expected_gamma and bound['batch_size'] == 1
+  assert bound['task'] == TASK_NAMES[task]
+  assert _same_config(bound['target_module'].config, t5.CONFIGS['t5_1_1_xxl'])
+
+
+def test_output_dir_is_required():
+  gin.parse_config_file(str(CONFIGS / 'runs' / 'wmt_ende_t0_small.gin'))
+  assert _macro('OUTPUT_DIR') is gin.REQUIRED
+
+
+@pytest.mark.t5x
+@pytest.mark.parametrize('path', T5X_FILES, ids=_name)
+def test_t5x_files_build_their_model(path, monkeypatch):
+  t5x_infer = pytest.importorskip('t5x.infer', reason='t5x is not installed (not on '
+                                  'PyPI; see specdec.t5x)')
+  import t5x  # pylint: disable=g-import-not-at-top
+  # T5X's runs/infer.gin binds `__main__.infer`, which `python -m t5x.infer` provides.
+  monkeypatch.setattr(sys.modules['__main__'], 'infer', t5x_infer.infer, raising=False)
+  gin.add_config_file_search_path(str(pathlib.Path(t5x.__file__).parent.parent))
+  gin.parse_config_files_and_bindings(
+      [str(CONFIGS / 'runs' / 'wmt_ende_t0_small.gin'), str(path)],
+      ["OUTPUT_DIR = '/tmp/unused'"])
+  model = _macro('MODEL')
+  assert _macro('MIXTURE_OR_TASK_NAME') == data.WMT_TASK
+  assert model.output_vocabulary.vocab_size == 32100
+  if path.name == 'infer.gin':
+    assert type(model).__name__ == 'SpeculativeEncoderDecoderModel'
+    assert model.gamma == 7 and model.sampling == SamplingConfig(temperature=0.0)
+    restore = gin.query_parameter('utils.RestoreCheckpointConfig.state_transformation_fns')
+    assert len(restore) == 1
