@@ -17,10 +17,19 @@ from specdec.models import t5
 T5X_CHECKPOINT_VERSION = 3
 
 
-def tiny_model(version: str = '1.1', seed: int = 0, **overrides) -> t5.T5:
-  """A random tiny float32 T5 as a DecodeModel."""
+# Query kernels of the test models are scaled up: at T5's initial scale a random
+# model's attention is nearly uniform, every context looks alike and greedy decodes
+# repeat one token, which would make decoding comparisons vacuous.
+QUERY_GAIN = 4.0
+
+
+def tiny_model(version: str = '1.1', seed: int = 1, **overrides) -> t5.T5:
+  """A random tiny float32 T5 as a DecodeModel (see QUERY_GAIN)."""
   cfg = t5.tiny_config(version, **overrides)
-  return t5.T5(cfg, t5.random_params(cfg, seed))
+  params = jax.tree_util.tree_map_with_path(
+      lambda path, x: x * QUERY_GAIN if path[-2].key == 'query' else x,
+      t5.random_params(cfg, seed))
+  return t5.T5(cfg, params)
 
 
 def random_inputs(batch: int, length: int, vocab: int, seed: int = 0,
@@ -32,12 +41,21 @@ def random_inputs(batch: int, length: int, vocab: int, seed: int = 0,
   return jnp.asarray(tokens, jnp.int32)
 
 
+@jax.jit
 def full_logits(model: t5.T5, inputs: jax.Array, decoder_inputs: jax.Array) -> jax.Array:
   """The non-cached forward pass: logits [B, L, V] of `decoder_inputs` [B, L]."""
   # Targets only matter for the padding mask; nonzero ones mask nothing.
   targets = jnp.ones_like(decoder_inputs)
   return model.module.apply({'params': model.params}, inputs, decoder_inputs, targets,
                             enable_dropout=False)
+
+
+# Everything the tests run is compiled: op-by-op execution of even a tiny T5 costs
+# more in per-op compilation than one program does.
+init = jax.jit(lambda model, inputs, max_length: model.init(inputs, max_length),
+               static_argnums=2)
+extend = jax.jit(lambda model, state, tokens: model.extend(state, tokens))
+rewind = jax.jit(lambda model, state, lengths: model.rewind(state, lengths))
 
 
 def write_t5x_legacy(ckpt_dir: str, params: Mapping[str, Any], step: int = 1000,

@@ -1,0 +1,327 @@
+"""specdec.models.t5: the network, its chunked per-row cache, presets, and decoding."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import specdec
+from specdec.models import t5
+from specdec.models.base import DecodeModel
+from t5_helpers import extend, full_logits, init, random_inputs, rewind, tiny_model
+
+TOL = dict(atol=2e-5, rtol=2e-5)
+# One cache size and chunk sizes 1, 3, 5 throughout, so that compiled programs are
+# shared between tests.
+MAX_LENGTH = 12
+GREEDY = specdec.SamplingConfig(temperature=0.0)
+
+
+# What differs between v1.0 and v1.1 (MLP, logits) is tested on both (`versioned`);
+# the rest on v1.1 only (`model`): compilation is most of the time these tests take.
+@pytest.fixture(scope='module', params=['1.0', '1.1'])
+def versioned(request):
+  return tiny_model(request.param)
+
+
+@pytest.fixture(scope='module')
+def model():
+  return tiny_model('1.1')
+
+
+def _batch(model):
+  """Inputs with padded rows, decoder inputs [0, y_1, ..., y_{L-1}], full logits."""
+  inputs = random_inputs(3, 9, model.vocab_size, seed=4, pad_from={1: 4, 2: 7})
+  targets = random_inputs(3, 8, model.vocab_size, seed=5)
+  decoder_inputs = jnp.concatenate(
+      [jnp.zeros((3, 1), jnp.int32), targets[:, :-1]], axis=1)
+  return inputs, decoder_inputs, full_logits(model, inputs, decoder_inputs)
+
+
+@pytest.fixture(scope='module')
+def versioned_batch(versioned):
+  return _batch(versioned)
+
+
+@pytest.fixture(scope='module')
+def batch(model):
+  return _batch(model)
+
+
+def _feed(model, state, tokens, chunks):
+  """Feeds `tokens` [B, L] in chunks of the given sizes; returns logits [B, L, V]."""
+  logits, start = [], 0
+  for k in chunks:
+    chunk_logits, state = extend(model, state, tokens[:, start:start + k])
+    logits.append(chunk_logits)
+    start += k
+  return jnp.concatenate(logits, axis=1), state
+
+
+# ----------------------------------------------------------------- cache semantics
+
+
+def test_is_a_decode_model(model, batch):
+  inputs = batch[0]
+  assert isinstance(model, DecodeModel)
+  np.testing.assert_array_equal(model.start_tokens(inputs), [0, 0, 0])
+  state = init(model, inputs, MAX_LENGTH)
+  np.testing.assert_array_equal(model.lengths(state), [0, 0, 0])
+  cfg = model.config
+  assert len(state.cross) == cfg.num_decoder_layers
+  assert state.cross[0][0].shape == (3, 9, cfg.num_heads, cfg.head_dim)
+  assert state.caches[0][0].shape == (3, MAX_LENGTH, cfg.num_heads, cfg.head_dim)
+
+
+def test_chunked_equals_single_token_equals_full_forward(versioned, versioned_batch):
+  model, (inputs, decoder_inputs, full) = versioned, versioned_batch
+  state = init(model, inputs, MAX_LENGTH)
+  single, _ = _feed(model, state, decoder_inputs, [1] * 8)
+  chunked, state = _feed(model, state, decoder_inputs, [3, 5])
+  assert chunked.dtype == jnp.float32 and chunked.shape == full.shape
+  np.testing.assert_allclose(single, full, **TOL)
+  np.testing.assert_allclose(chunked, full, **TOL)
+  np.testing.assert_allclose(chunked, single, **TOL)
+  np.testing.assert_array_equal(model.lengths(state), [8, 8, 8])
+
+
+def test_rows_at_different_positions_after_rewind(versioned, versioned_batch):
+  """Rows rewound to different lengths, over stale slots holding other tokens, then
+  one chunk: each row's logits are the full forward pass at its own positions."""
+  model, (inputs, decoder_inputs, full) = versioned, versioned_batch
+  garbage = random_inputs(3, 5, model.vocab_size, seed=9)
+  state = init(model, inputs, MAX_LENGTH)
+  _, state = extend(model, state, decoder_inputs[:, :3])
+  _, state = extend(model, state, garbage)  # stale slots 3..7 of every row.
+  lengths = jnp.array([3, 1, 2], jnp.int32)
+  state = rewind(model, state, lengths)
+  np.testing.assert_array_equal(model.lengths(state), lengths)
+  k = 5
+  chunk = jnp.stack([decoder_inputs[b, n:n + k] for b, n in enumerate([3, 1, 2])])
+  logits, state = extend(model, state, chunk)
+  for b, n in enumerate([3, 1, 2]):
+    np.testing.assert_allclose(logits[b], full[b, n:n + k], **TOL)
+  np.testing.assert_array_equal(model.lengths(state), lengths + k)
+  # Rewind never moves a row forward.
+  state = rewind(model, state, jnp.array([99, 0, 5], jnp.int32))
+  np.testing.assert_array_equal(model.lengths(state), [8, 0, 5])
+
+
+def test_t5x_decode_mode_takes_chunks(model, batch):
+  """`Transformer.decode(decode=True)` with T5X's 'cache' protocol
+  (`EncoderDecoderModel.predict_batch`): allocate, then feed 1- and 2-token steps."""
+  inputs, decoder_inputs, full = batch
+  module = model.module
+
+  @jax.jit
+  def allocate(params):
+    ones = jnp.ones_like(decoder_inputs)
+    _, variables = module.apply({'params': params}, jnp.ones_like(inputs), ones, ones,
+                                decode=True, enable_dropout=False, mutable=['cache'])
+    return variables['cache'], module.apply({'params': params}, inputs,
+                                            enable_dropout=False, method=module.encode)
+
+  @jax.jit
+  def step(params, cache, encoded, tokens):
+    logits, variables = module.apply(
+        {'params': params, 'cache': cache}, encoded, inputs, tokens, tokens,
+        enable_dropout=False, decode=True, max_decode_length=8, mutable=['cache'],
+        method=module.decode)
+    return logits, variables['cache']
+
+  cache, encoded = allocate(model.params)
+  logits, start = [], 0
+  for k in [1, 2, 1, 2, 2]:
+    chunk_logits, cache = step(model.params, cache, encoded,
+                               decoder_inputs[:, start:start + k])
+    logits.append(chunk_logits)
+    start += k
+  np.testing.assert_allclose(jnp.concatenate(logits, axis=1), full, **TOL)
+
+
+def test_packed_segments_are_independent(model, batch):
+  """T5X's training call with packing: each of two packed examples gets the logits it
+  has alone (alone = the same length, the other segment's place padded)."""
+  inputs, decoder_inputs, _ = batch
+  logits = jax.jit(lambda params, x, y, targets, x_segments, y_segments:
+                   model.module.apply({'params': params}, x, y, targets,
+                                      encoder_segment_ids=x_segments,
+                                      decoder_segment_ids=y_segments,
+                                      enable_dropout=False))
+  x, y = inputs[:1, :3], decoder_inputs[:1, :4]
+  ones_x, ones_y = jnp.ones((1, 3), jnp.int32), jnp.ones((1, 4), jnp.int32)
+  pad = lambda a: jnp.pad(a, ((0, 0), (0, a.shape[1])))
+  packed = logits(model.params, jnp.tile(x, (1, 2)), jnp.tile(y, (1, 2)),
+                  jnp.ones((1, 8), jnp.int32), jnp.concatenate([ones_x, 2 * ones_x], 1),
+                  jnp.concatenate([ones_y, 2 * ones_y], 1))
+  alone = logits(model.params, pad(x), pad(y), pad(ones_y), pad(ones_x), pad(ones_y))
+  np.testing.assert_allclose(packed[:, :4], alone[:, :4], **TOL)
+  np.testing.assert_allclose(packed[:, 4:], alone[:, :4], **TOL)
+
+
+def test_bfloat16_parameters_and_activations(model, batch):
+  inputs, decoder_inputs, full = batch
+  cfg = dataclasses.replace(model.config, dtype=jnp.bfloat16)
+  params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), model.params)
+  bf16 = t5.T5(cfg, params)
+  state = init(bf16, inputs, MAX_LENGTH)
+  assert state.caches[0][0].dtype == jnp.bfloat16
+  logits, _ = extend(bf16, state, decoder_inputs)
+  assert logits.dtype == jnp.float32
+  scale = float(jnp.abs(full).max())
+  np.testing.assert_allclose(logits, full, atol=0.1 * scale)
+
+
+# ------------------------------------------------------- relative position buckets
+
+
+def test_relative_position_bucket_known_values():
+  rel = np.array([0, -1, -7, -8, -15, -16, -127, -128, -1000, 1, 8, 129])
+  # Bidirectional: 16 buckets per direction, 8 exact; keys after the query
+  # (rel > 0) in buckets 16..31.
+  np.testing.assert_array_equal(
+      t5.relative_position_bucket(rel, bidirectional=True),
+      [0, 1, 7, 8, 9, 10, 15, 15, 15, 17, 24, 31])
+  # Unidirectional: 32 buckets, 16 exact; future keys map to bucket 0.
+  np.testing.assert_array_equal(
+      t5.relative_position_bucket(rel, bidirectional=False),
+      [0, 1, 7, 8, 15, 16, 31, 31, 31, 0, 0, 0])
+
+
+@pytest.mark.parametrize('bidirectional', [True, False])
+def test_traced_bucket_lookup_matches_formula(bidirectional):
+  rel = np.arange(-1500, 1501)
+  np.testing.assert_array_equal(
+      jax.jit(t5.bucket_lookup, static_argnums=1)(jnp.asarray(rel), bidirectional),
+      t5.relative_position_bucket(rel, bidirectional))
+
+
+# ------------------------------------------------------------------------ presets
+
+V1_1_COUNTS = {'t5_1_1_small': 76_961_152, 't5_1_1_base': 247_577_856,
+               't5_1_1_large': 783_150_080, 't5_1_1_xl': 2_849_757_184,
+               't5_1_1_xxl': 11_135_332_352}
+# T5 v1.0 with T5X's 32128-row vocabulary (transformers reports the same sizes for
+# t5-small ... t5-11b).
+V1_0_COUNTS = {'t5_small': 60_506_624, 't5_base': 222_903_552,
+               't5_large': 737_668_096, 't5_3b': 2_851_598_336,
+               't5_11b': 11_307_321_344}
+
+
+@pytest.mark.parametrize('name', sorted({**V1_1_COUNTS, **V1_0_COUNTS}))
+def test_preset_parameter_counts_without_allocating(name):
+  cfg = t5.CONFIGS[name]
+  shapes = t5.param_shapes(cfg)
+  assert all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(shapes))
+  assert t5.param_count(cfg) == {**V1_1_COUNTS, **V1_0_COUNTS}[name]
+  attention = shapes['encoder']['layers_0']['attention']
+  assert attention['query']['kernel'].shape == (cfg.emb_dim,
+                                                cfg.num_heads * cfg.head_dim)
+  assert shapes['encoder']['relpos_bias']['rel_embedding'].shape == (cfg.num_heads, 32)
+  assert ('logits_dense' in shapes['decoder']) != cfg.logits_via_embedding
+  mlp = shapes['decoder'][f'layers_{cfg.num_decoder_layers - 1}']['mlp']
+  assert sorted(mlp) == (['wi', 'wo'] if cfg.logits_via_embedding
+                         else ['wi_0', 'wi_1', 'wo'])
+
+
+def test_published_dimensions():
+  dims = {name: (c.emb_dim, c.num_heads, c.num_encoder_layers, c.mlp_dim, c.head_dim)
+          for name, c in t5.CONFIGS.items()}
+  assert dims['t5_1_1_small'] == (512, 6, 8, 1024, 64)
+  assert dims['t5_1_1_xxl'] == (4096, 64, 24, 10240, 64)
+  assert dims['t5_11b'] == (1024, 128, 24, 65536, 128)
+  assert all(c.vocab_size == 32128 and c.dtype == jnp.bfloat16
+             for c in t5.CONFIGS.values())
+
+
+def test_random_params_have_the_init_tree(model):
+  cfg = model.config
+  expected = jax.tree.map(lambda x: (x.shape, x.dtype), t5.param_shapes(cfg))
+  assert jax.tree.map(lambda x: (x.shape, x.dtype), model.params) == expected
+
+
+# ------------------------------------------------------------------------ decoding
+
+
+def _one_layer(model):
+  """A 1-layer version of a tiny model: compiling the samplers around it is cheaper;
+  depth, and v1.0, are what the cache tests above exercise."""
+  version = '1.0' if model.config.logits_via_embedding else '1.1'
+  return tiny_model(version, num_encoder_layers=1, num_decoder_layers=1)
+
+
+def _noisy(model, scale=0.3, seed=3):
+  """`model` with Gaussian noise of `scale` x each parameter's std: a draft that
+  agrees with it often, not always."""
+  rng = np.random.default_rng(seed)
+  return model.replace(params=jax.tree.map(
+      lambda x: x + scale * np.std(x) * rng.standard_normal(x.shape, np.float32),
+      model.params))
+
+
+def _greedy_pair(target, draft):
+  inputs = random_inputs(3, 8, target.vocab_size, seed=11, pad_from={2: 5})
+  out = specdec.speculative_sample(target, draft, inputs, jax.random.key(0), gamma=4,
+                                   max_new_tokens=10, sampling=GREEDY, eos_id=1)
+  base = specdec.autoregressive_sample(target, inputs, jax.random.key(0),
+                                       max_new_tokens=10, sampling=GREEDY, eos_id=1)
+  np.testing.assert_array_equal(out.tokens, base.tokens)
+  np.testing.assert_array_equal(out.lengths, base.lengths)
+  return out, base
+
+
+def test_speculative_at_temperature_zero_is_greedy(model):
+  """Section 2.3 / Appendix A.1: at temperature 0 speculative decoding outputs
+  exactly the target's greedy decode, whatever the draft."""
+  target = _one_layer(model)
+  out, base = _greedy_pair(target, _noisy(target))
+  assert len(np.unique(base.tokens)) > 5  # a decode worth comparing,
+  assert 0 < int(out.stats.accepted.sum()) < int(out.stats.drafted.sum())  # and mixed.
+  # The draft is the target (same shapes: no new compilation): all accepted.
+  out, _ = _greedy_pair(target, target)
+  np.testing.assert_array_equal(out.stats.accepted, out.stats.drafted)
+
+
+def test_speculative_with_a_smaller_draft_is_greedy(model):
+  draft = tiny_model('1.1', seed=7, emb_dim=16, num_encoder_layers=1,
+                     num_decoder_layers=1)
+  _greedy_pair(_one_layer(model), draft)
+
+
+# ------------------------------------------------------------------------- errors
+
+
+def test_errors_name_the_bad_argument(model, batch):
+  inputs = batch[0]
+  with pytest.raises(ValueError, match='max_length'):
+    t5.T5(model.config, model.params, max_decode_length=8).init(inputs, 9)
+  for bad in (0, 2.5, True):
+    with pytest.raises(ValueError, match='max_length'):
+      model.init(inputs, bad)
+  with pytest.raises(ValueError, match='inputs'):
+    model.init(inputs[0], 4)
+  with pytest.raises(TypeError, match='inputs'):
+    model.init(inputs.astype(jnp.float32), 4)
+  state = jax.eval_shape(lambda: model.init(inputs, 4))
+  with pytest.raises(ValueError, match='tokens'):
+    jax.eval_shape(lambda: model.extend(state, jnp.zeros((2, 1), jnp.int32)))
+  with pytest.raises(ValueError, match='tokens'):
+    jax.eval_shape(lambda: model.extend(state, jnp.zeros((3, 5), jnp.int32)))
+  with pytest.raises(ValueError, match='lengths'):
+    jax.eval_shape(lambda: model.rewind(state, jnp.zeros((2,), jnp.int32)))
+  with pytest.raises(ValueError, match='params'):
+    t5.T5(model.config, {'params': model.params}).init(inputs, 4)
+  with pytest.raises(ValueError, match='max_decode_length'):
+    t5.T5(model.config, model.params, max_decode_length=0)
+
+
+@pytest.mark.parametrize('field, value, error', [
+    ('num_heads', 0, ValueError), ('emb_dim', 2.0, ValueError),
+    ('mlp_activations', ['relu'], TypeError), ('mlp_activations', ('nope',), ValueError),
+    ('dropout_rate', 1.0, ValueError), ('dtype', jnp.int32, ValueError)])
+def test_bad_config_field_is_named(field, value, error):
+  cfg = dataclasses.replace(t5.tiny_config(), **{field: value})
+  with pytest.raises(error, match=field):
+    t5.check_config(cfg)
