@@ -1,0 +1,326 @@
+"""Trains the embedded default pair: a T5 v1.1 target and a much smaller draft.
+
+    python scripts/train_pair.py --out_dir=out/train_pair [--which=draft,target]
+
+English->German on Multi30k (train 29k pairs, validation 1014), T5's SentencePiece
+vocabulary and T5's task prefix ("translate English to German: "), both models from
+scratch with the same data, optimizer and seed. Seeded and reproducible (the data
+order and the initialisation depend on --seed only), with a progress bar, periodic
+validation loss, and resumable checkpoints: rerunning the same command continues from
+the last saved step. At the end each model's parameters are exported in bfloat16 in
+the T5X checkpoint layout that `specdec.checkpoints.load_t5x` reads.
+
+Sizes (see `PRESETS`) are chosen for two CPU cores: the 32128-token vocabulary
+dominates both the cost and the size, so the target is narrow but deep enough to
+translate, and the draft is narrower and shallower still so that one draft step costs
+a small fraction of a target step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Iterator, Sequence
+
+import flax.serialization
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import app, flags, logging
+
+from specdec import checkpoints
+from specdec.models import t5
+
+PREFIX = "translate English to German: "
+EOS_ID = 1
+PAD_ID = 0
+
+# Both v1.1 (gated GELU, untied logits), float32 for training on a CPU.
+PRESETS = {
+    "target": t5.T5Config(vocab_size=t5.T5_VOCAB_SIZE, dtype=jnp.float32, emb_dim=128,
+                          num_heads=4, head_dim=32, mlp_dim=512, num_encoder_layers=3,
+                          num_decoder_layers=3, mlp_activations=("gelu", "linear"),
+                          dropout_rate=0.1, logits_via_embedding=False),
+    "draft": t5.T5Config(vocab_size=t5.T5_VOCAB_SIZE, dtype=jnp.float32, emb_dim=32,
+                         num_heads=2, head_dim=16, mlp_dim=128, num_encoder_layers=2,
+                         num_decoder_layers=1, mlp_activations=("gelu", "linear"),
+                         dropout_rate=0.0, logits_via_embedding=False),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Optimisation settings shared by both models."""
+
+  batch_size: int = 64
+  epochs: float = 1.0
+  learning_rate: float = 2e-3
+  warmup_steps: int = 200
+  max_input_length: int = 48
+  max_target_length: int = 48
+  eval_every: int = 100
+  eval_examples: int = 512
+  checkpoint_every: int = 100
+  seed: int = 0
+
+
+# ------------------------------------------------------------------------------- data
+
+
+def read_pairs(src_path: str, tgt_path: str) -> list[tuple[str, str]]:
+  """Line-aligned (English, German) pairs, dropping pairs with an empty side."""
+  with open(src_path, encoding="utf-8") as f_src, open(tgt_path, encoding="utf-8") as f_tgt:
+    src, tgt = f_src.read().splitlines(), f_tgt.read().splitlines()
+  if len(src) != len(tgt):
+    raise ValueError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
+  return [(s.strip(), t.strip()) for s, t in zip(src, tgt) if s.strip() and t.strip()]
+
+
+def encode_pairs(pairs: Sequence[tuple[str, str]], vocab, max_input: int,
+                 max_target: int) -> list[tuple[np.ndarray, np.ndarray]]:
+  """SentencePiece ids with the task prefix on inputs and EOS on both, truncated."""
+  inputs = vocab.encode([PREFIX + s for s, _ in pairs])
+  targets = vocab.encode([t for _, t in pairs])
+  return [(np.asarray(i[:max_input - 1] + [EOS_ID], np.int32),
+           np.asarray(t[:max_target - 1] + [EOS_ID], np.int32))
+          for i, t in zip(inputs, targets)]
+
+
+def _pad(rows: Sequence[np.ndarray], multiple: int = 8) -> np.ndarray:
+  """Right-pads rows with 0 to the longest, rounded up to `multiple` (few shapes)."""
+  width = -(-max(len(r) for r in rows) // multiple) * multiple
+  out = np.zeros((len(rows), width), np.int32)
+  for i, r in enumerate(rows):
+    out[i, :len(r)] = r
+  return out
+
+
+def make_batch(examples: Sequence[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+  """T5X's feature names: decoder inputs are the targets shifted right by one."""
+  inputs = _pad([e[0] for e in examples])
+  targets = _pad([e[1] for e in examples])
+  decoder_inputs = np.concatenate([np.zeros_like(targets[:, :1]), targets[:, :-1]], axis=1)
+  return dict(encoder_input_tokens=inputs, decoder_input_tokens=decoder_inputs,
+              decoder_target_tokens=targets)
+
+
+def epoch_batches(examples, batch_size: int, seed: int, epoch: int,
+                  window: int = 32) -> list[list[int]]:
+  """One epoch's batches of example indices, length-bucketed, seeded by (seed, epoch).
+
+  The permuted examples are cut into windows of `window` batches; each window is
+  sorted by length before being cut into batches, so a batch pads to its own longest
+  sentence and not the corpus's; then the batch order is shuffled.
+  """
+  rng = np.random.default_rng([seed, epoch])
+  order = rng.permutation(len(examples))
+  span = batch_size * window
+  result = []
+  for start in range(0, len(order) - batch_size + 1, span):
+    chunk = order[start:start + span]
+    chunk = chunk[np.argsort([len(examples[i][1]) + len(examples[i][0]) for i in chunk],
+                             kind="stable")]
+    result += [list(chunk[i:i + batch_size])
+               for i in range(0, len(chunk) - batch_size + 1, batch_size)]
+  rng.shuffle(result)
+  return result
+
+
+def batches(examples, batch_size: int, seed: int, start_step: int = 0
+            ) -> Iterator[dict[str, np.ndarray]]:
+  """Endless batches, epoch after epoch, starting at global step `start_step`."""
+  epoch, offset = None, 0
+  plan: list[list[int]] = []
+  step = start_step
+  while True:
+    if epoch is None or offset == len(plan):
+      per_epoch = len(epoch_batches(examples, batch_size, seed, 0))
+      epoch, offset = divmod(step, per_epoch)
+      plan = epoch_batches(examples, batch_size, seed, epoch)
+    yield make_batch([examples[i] for i in plan[offset]])
+    offset += 1
+    step += 1
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def loss_fn(params, module, batch, dropout_rng, train: bool):
+  """Mean token cross-entropy over non-pad target positions."""
+  logits = module.apply({"params": params}, batch["encoder_input_tokens"],
+                        batch["decoder_input_tokens"], batch["decoder_target_tokens"],
+                        enable_dropout=train, rngs={"dropout": dropout_rng})
+  targets = batch["decoder_target_tokens"]
+  weights = (targets > PAD_ID).astype(jnp.float32)
+  losses = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32),
+                                                           targets)
+  return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+def make_optimizer(cfg: TrainConfig, total_steps: int) -> optax.GradientTransformation:
+  schedule = optax.warmup_cosine_decay_schedule(
+      0.0, cfg.learning_rate, min(cfg.warmup_steps, max(1, total_steps // 10)),
+      max(total_steps, 2), end_value=cfg.learning_rate * 0.05)
+  return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule,
+                                                                 weight_decay=0.01))
+
+
+def _save(path: str, state: dict) -> None:
+  """Writes the train state (msgpack) and its history (JSON) atomically."""
+  history = state["history"]
+  for target, payload in ((path, flax.serialization.to_bytes(
+      {k: v for k, v in state.items() if k != "history"})),
+                          (path + ".history.json", json.dumps(history).encode())):
+    with open(target + ".tmp", "wb") as f:
+      f.write(payload)
+    os.replace(target + ".tmp", target)  # An interrupted save keeps the last one.
+
+
+def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
+                cfg: TrainConfig, work_dir: str, progress: bool = True,
+                stop_at: int | None = None) -> dict:
+  """Trains one model (resuming from work_dir) and returns its history and params.
+
+  `stop_at` ends the run early after that step, with a checkpoint, as an interruption
+  would; calling again resumes where it stopped.
+  """
+  os.makedirs(work_dir, exist_ok=True)
+  module = t5.Transformer(model_cfg)
+  steps_per_epoch = len(epoch_batches(train_examples, cfg.batch_size, cfg.seed, 0))
+  if steps_per_epoch < 1:
+    raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(train_examples)} "
+                     "training examples")
+  total_steps = max(1, int(round(cfg.epochs * steps_per_epoch)))
+  optimizer = make_optimizer(cfg, total_steps)
+  params = t5.init_params(model_cfg, jax.random.key(cfg.seed))
+  state = dict(step=0, params=params, opt_state=optimizer.init(params), history=[],
+               seconds=0.0)
+  ckpt_path = os.path.join(work_dir, "train_state.msgpack")
+  if os.path.exists(ckpt_path):
+    with open(ckpt_path, "rb") as f:
+      restored = flax.serialization.from_bytes(
+          {k: v for k, v in state.items() if k != "history"}, f.read())
+    with open(ckpt_path + ".history.json") as f:
+      state = dict(restored, history=json.load(f))
+    state["step"], state["seconds"] = int(state["step"]), float(state["seconds"])
+    logging.info("%s: resumed at step %d", name, state["step"])
+
+  @jax.jit
+  def train_step(params, opt_state, batch, step):
+    rng = jax.random.fold_in(jax.random.key(cfg.seed + 1), step)
+    loss, grads = jax.value_and_grad(loss_fn)(params, module, batch, rng, True)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  @jax.jit
+  def eval_step(params, batch):
+    return loss_fn(params, module, batch, jax.random.key(0), False)
+
+  val_batches = [make_batch(val_examples[i:i + cfg.batch_size])
+                 for i in range(0, min(len(val_examples), cfg.eval_examples),
+                                cfg.batch_size)]
+
+  def validate(params) -> float:
+    return float(np.mean([eval_step(params, b) for b in val_batches]))
+
+  bar = None
+  if progress:
+    from tqdm import tqdm  # Only for the command line.
+    bar = tqdm(total=total_steps, initial=state["step"], desc=name, unit="step")
+  data = batches(train_examples, cfg.batch_size, cfg.seed, start_step=state["step"])
+  params, opt_state = state["params"], state["opt_state"]
+  if not state["history"]:
+    state["history"].append(dict(step=0, train_loss=None, val_loss=validate(params),
+                                 seconds=0.0))
+  recent = []
+  while state["step"] < total_steps:
+    start = time.perf_counter()
+    params, opt_state, loss = train_step(params, opt_state, next(data), state["step"])
+    recent.append(float(loss))
+    state["step"] += 1
+    state["seconds"] += time.perf_counter() - start
+    done = state["step"] == total_steps
+    if state["step"] % cfg.eval_every == 0 or done:
+      entry = dict(step=state["step"], train_loss=float(np.mean(recent)),
+                   val_loss=validate(params), seconds=state["seconds"])
+      state["history"].append(entry)
+      recent = []
+      if bar is not None:
+        bar.set_postfix(train=f"{entry['train_loss']:.3f}", val=f"{entry['val_loss']:.3f}")
+    interrupted = stop_at is not None and state["step"] >= stop_at
+    if state["step"] % cfg.checkpoint_every == 0 or done or interrupted:
+      state["params"], state["opt_state"] = params, opt_state
+      _save(ckpt_path, state)
+    if bar is not None:
+      bar.update(1)
+    if interrupted:
+      break
+  if bar is not None:
+    bar.close()
+  return dict(params=params, history=state["history"], steps=state["step"],
+              seconds=state["seconds"], config=model_cfg)
+
+
+def export(params, model_cfg: t5.T5Config, directory: str, step: int) -> str:
+  """bfloat16 parameters in the T5X legacy checkpoint layout."""
+  bf16 = jax.tree.map(lambda x: np.asarray(x, jnp.bfloat16), jax.device_get(params))
+  return checkpoints.save_t5x(directory, bf16, step=step)
+
+
+# ------------------------------------------------------------------------------ command
+
+_OUT = flags.DEFINE_string("out_dir", "out/train_pair", "Work and output directory.")
+_DATA = flags.DEFINE_string("data_dir", "../shared/data/multi30k",
+                            "Multi30k raw files (train.en/.de, val.en/.de).")
+_VOCAB = flags.DEFINE_string("vocab", None, "SentencePiece model (default: shipped).")
+_WHICH = flags.DEFINE_list("which", ["draft", "target"], "Models to train, in order.")
+_EPOCHS = flags.DEFINE_multi_string("epochs", ["draft=1.0", "target=1.0"],
+                                    "Epochs per model, as name=value.")
+_BATCH = flags.DEFINE_integer("batch_size", 64, "Sentences per step.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed for data order and initialisation.")
+
+
+def main(argv):
+  del argv
+  import sentencepiece as spm  # Training-time only.
+  vocab_path = _VOCAB.value or checkpoints_vocab_path()
+  vocab = spm.SentencePieceProcessor(model_file=vocab_path)
+  train = encode_pairs(read_pairs(os.path.join(_DATA.value, "train.en"),
+                                  os.path.join(_DATA.value, "train.de")), vocab, 48, 48)
+  val = encode_pairs(read_pairs(os.path.join(_DATA.value, "val.en"),
+                                os.path.join(_DATA.value, "val.de")), vocab, 48, 48)
+  epochs = dict(e.split("=") for e in _EPOCHS.value)
+  unknown = [n for n in _WHICH.value if n not in PRESETS]
+  if unknown:
+    raise ValueError(f"--which: unknown models {unknown}; choose from {sorted(PRESETS)}")
+  results = {}
+  for name in _WHICH.value:
+    cfg = TrainConfig(batch_size=_BATCH.value, epochs=float(epochs.get(name, 1.0)),
+                      seed=_SEED.value)
+    results[name] = (cfg, train_model(name, PRESETS[name], train, val, cfg,
+                                      os.path.join(_OUT.value, name)))
+  summary = {}
+  for name, (cfg, result) in results.items():
+    path = export(result["params"], PRESETS[name], os.path.join(_OUT.value, "export", name),
+                  result["steps"])
+    summary[name] = dict(checkpoint=path, steps=result["steps"], seconds=result["seconds"],
+                         epochs=cfg.epochs, batch_size=cfg.batch_size,
+                         history=result["history"], params=t5.param_count(PRESETS[name]),
+                         config={k: str(v) for k, v in
+                                 dataclasses.asdict(PRESETS[name]).items()})
+    print(f"{name}: {result['steps']} steps in {result['seconds'] / 60:.1f} min, "
+          f"final val loss {result['history'][-1]['val_loss']:.3f} -> {path}")
+  with open(os.path.join(_OUT.value, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+
+
+def checkpoints_vocab_path() -> str:
+  from specdec import pretrained  # The shipped T5 SentencePiece model.
+  return pretrained.vocab_path()
+
+
+if __name__ == "__main__":
+  app.run(main)
