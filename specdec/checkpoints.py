@@ -510,3 +510,47 @@ def save_hf(directory: str | os.PathLike, params: Mapping[str, Any],
             metadata={'format': 'pt'})
   with open(os.path.join(directory, HF_CONFIG_FILE), 'w') as f:
     json.dump(hf_config(cfg), f, indent=2)
+
+
+# ------------------------------------------------------------------------------
+# Writing T5X checkpoints.
+# ------------------------------------------------------------------------------
+# T5X's checkpoint format version (t5x/checkpoints.py `VERSION`).
+T5X_CHECKPOINT_VERSION = 3
+
+
+def save_t5x(model_dir: str | os.PathLike, params: Mapping[str, Any], step: int) -> str:
+  """Writes `params` as a T5X legacy checkpoint; returns its `checkpoint_<step>` dir.
+
+  The published layout that `load_t5x` (and T5X) read: `checkpoint_<step>/checkpoint`,
+  a msgpack of {'version': 3, 'optimizer': {'target': ..., 'state': {'step': ...}}}
+  whose array leaves are TensorStore specs of gzip zarr arrays stored beside it at the
+  relative paths `target.<dotted name>`. Arrays keep their dtype (bfloat16 included).
+  Only the parameters are written: the result serves inference, not resumed training.
+  """
+  import tensorstore as ts  # pylint: disable=g-import-not-at-top
+  if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+    raise ValueError(f'step must be an int >= 0, got {step!r}')
+  ckpt_dir = os.path.join(os.fspath(model_dir), f'checkpoint_{step}')
+  os.makedirs(ckpt_dir, exist_ok=True)
+
+  def write(path: tuple[str, ...], array: Any) -> dict[str, Any]:
+    array = np.asarray(array)
+    name = '.'.join((TARGET_KEY,) + path)
+    spec = {'driver': 'zarr', 'dtype': jnp.dtype(array.dtype).name,
+            'kvstore': {'driver': 'file', 'path': name},
+            'metadata': {'compressor': {'id': 'gzip'}, 'shape': list(array.shape),
+                         'chunks': list(array.shape)}}
+    store = ts.open(dict(spec, kvstore={'driver': 'file',
+                                        'path': os.path.join(ckpt_dir, name)}),
+                    create=True, delete_existing=True).result()
+    store.write(array).result()
+    return ts.Spec(spec).to_json()
+
+  flat = traverse_util.flatten_dict(dict(params))
+  target = traverse_util.unflatten_dict({k: write(k, v) for k, v in flat.items()})
+  contents = {'version': T5X_CHECKPOINT_VERSION,
+              'optimizer': {TARGET_KEY: target, 'state': {'step': np.int64(step)}}}
+  with open(os.path.join(ckpt_dir, T5X_LEGACY_FILE), 'wb') as f:
+    f.write(serialization.msgpack_serialize(contents))
+  return ckpt_dir
