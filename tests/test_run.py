@@ -1,10 +1,7 @@
 """`python -m specdec.run`: arguments, errors, and a tiny T5 pair end to end."""
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
@@ -17,9 +14,9 @@ from t5_helpers import write_t5x_legacy  # pylint: disable=g-import-not-at-top
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TINY = dict(emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64)
-# A tiny target (2 layers) and draft (1 layer) on T5's full vocabulary, which the
-# shipped SentencePiece model needs.
-TINY_LAYERS = {'target': 2, 'draft': 1}
+# A tiny target and draft (different random weights) on T5's full vocabulary, which
+# the shipped SentencePiece model needs. One layer each: compilation dominates.
+TINY_LAYERS = {'target': 1, 'draft': 1}
 
 
 def tiny_config(role: str) -> t5.T5Config:
@@ -150,13 +147,3 @@ def test_tiny_pair_end_to_end(tmp_path):
         (r['accepted'] + r['iterations']) / r['iterations'])
   assert sum(r['iterations'] for r in records) == result['target_calls']
   assert 'run.evaluate' in (out / run.CONFIG_FILE).read_text()
-
-
-def test_command_line_reports_errors_plainly(tmp_path):
-  proc = subprocess.run(
-      [sys.executable, '-m', 'specdec.run',
-       '--gin_file=configs/runs/cnndm_t1_large.gin'],
-      cwd=tmp_path, capture_output=True, text=True, timeout=120,
-      env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
-  assert proc.returncode == 2
-  assert 'specdec.run: gin macro OUTPUT_DIR is unset' in proc.stderr
