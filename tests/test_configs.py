@@ -127,7 +127,7 @@ def test_t5x_files_build_their_model(path, monkeypatch):
   monkeypatch.setattr(sys.modules['__main__'], 'infer', t5x_infer.infer, raising=False)
   gin.add_config_file_search_path(str(pathlib.Path(t5x.__file__).parent.parent))
   gin.parse_config_files_and_bindings(
-      [str(CONFIGS / 'runs' / 'wmt_ende_t0_small.gin'), str(path)],
+      [str(path), str(CONFIGS / 'runs' / 'wmt_ende_t0_small.gin')],
       ["OUTPUT_DIR = '/tmp/unused'"])
   model = _macro('MODEL')
   assert _macro('MIXTURE_OR_TASK_NAME') == data.WMT_TASK

@@ -34,10 +34,12 @@ def tiny_pair_gin(directory: pathlib.Path, run_file: str, examples: int = 3) -> 
            f"include 'configs/runs/{run_file}'"]
   for seed, role in enumerate(TINY_LAYERS):
     cfg = tiny_config(role)
-    write_t5x_legacy(str(directory / role), t5.random_params(cfg, seed=seed + 1))
+    # A step directory, as T5X's own checkpoints (and its Orbax restore) have them.
+    step_dir = directory / role / 'checkpoint_1000'
+    write_t5x_legacy(str(step_dir), t5.random_params(cfg, seed=seed + 1))
     lines += [f'{role.upper()}_MODULE = @tiny_{role}/t5.Transformer()',
               f'tiny_{role}/t5.Transformer.config = @tiny_{role}/t5.T5Config()',
-              f"{role.upper()}_CHECKPOINT_PATH = '{directory / role}'"]
+              f"{role.upper()}_CHECKPOINT_PATH = '{step_dir}'"]
     lines += [f'tiny_{role}/t5.T5Config.{field} = {getattr(cfg, field)!r}'
               for field in ('vocab_size', 'emb_dim', 'num_heads', 'num_encoder_layers',
                             'num_decoder_layers', 'head_dim', 'mlp_dim',

@@ -374,7 +374,7 @@ import tensorflow as tf
 from specdec import data, tasks
 _EXAMPLES = data.TASKS[data.WMT_TASK].read()[:{n}]
 tasks.add_task('specdec_tiny_wmt', seqio.FunctionDataSource(
-    lambda split, shuffle_files: tf.data.Dataset.from_tensor_slices(
+    lambda split, shuffle_files, seed=None: tf.data.Dataset.from_tensor_slices(
         {{k: [e[k] for e in _EXAMPLES] for k in ('en', 'de')}}), splits=['test']),
     data.WMT_TASK)
 '''
@@ -402,13 +402,14 @@ def test_t5x_infer_runs_a_run_config(t5x_lib, tmp_path, infer_file):
   out = tmp_path / 'out'
   proc = subprocess.run(
       [sys.executable, '-m', 't5x.infer', f'--gin_search_paths={REPO}',
-       f'--gin_file={tiny}', f'--gin_file=configs/runs/{infer_file}',
+       f'--gin_file=configs/runs/{infer_file}', f'--gin_file={tiny}',
        f'--gin_file={tmp_path / "overrides.gin"}', f"--gin.OUTPUT_DIR='{out}'"],
       cwd=tmp_path, capture_output=True, text=True, timeout=600,
       env={**os.environ, 'PYTHONPATH': f'{tmp_path}:{REPO / "tests"}',
            'JAX_PLATFORMS': 'cpu'})
   assert proc.returncode == 0, proc.stderr[-4000:]
-  written = sorted(out.glob('specdec_tiny_wmt-*.jsonl'))
+  written = [p for p in sorted(out.glob('specdec_tiny_wmt-*.jsonl*'))
+             if not p.name.endswith('.COMPLETED')]
   assert written, sorted(p.name for p in out.iterdir())
   import json  # pylint: disable=g-import-not-at-top
   lines = [json.loads(line) for line in written[0].read_text().splitlines()]
