@@ -3,7 +3,7 @@
 Greedy speculative decoding of a tiny T5 pair (a smaller draft), once on one device
 and once with the parameters sharded over a ('data', 'model') = (2, 4) mesh and the
 inputs over 'data'; prints a JSON report: both outputs, the all-gathers of the sharded
-program, and how T5-small's parameters would shard.
+program's collectives, and how T5-small's parameters would shard.
 """
 
 import json
@@ -48,9 +48,10 @@ def main():
   sharded = compiled(sharded_target, sharded_draft, sharded_inputs)
   kernel = sharded_target.params['decoder']['layers_0']['mlp']['wi_0']['kernel']
 
-  # Result shapes of every all-gather, e.g. 'f32[32,64]'.
-  gathered = re.findall(r'= (\w+\[[\d,]*\])[^=]*? all-gather(?:-start)?\(',
-                        compiled.as_text())
+  # Result shapes of every collective that could assemble a parameter from its
+  # shards, e.g. 'f32[32,64]'.
+  gathered = re.findall(r'= (\w+\[[\d,]*\])[^=]*? (?:all-gather|all-to-all|'
+                        r'collective-permute)(?:-start)?\(', compiled.as_text())
   # T5-small's 6 heads do not divide 4 devices: its relative position table is
   # replicated, while its 6 x 64 = 384 joined heads still split.
   small = sharding.param_shardings(t5.CONFIGS['t5_1_1_small'], mesh)['encoder']
@@ -66,7 +67,7 @@ def main():
       'param_shapes': sorted({f'f32[{",".join(map(str, x.shape))}]'
                               for x in jax.tree.leaves((target.params,
                                                         draft.params))}),
-      'all_gathers': gathered,
+      'collectives': gathered,
   }))
 
 

@@ -65,7 +65,7 @@ def test_sharded_speculative_decoding_equals_single_device():
   assert report['sharded_lengths'] == report['single_lengths']
   # The target's mlp/wi_0 [32, 64] split 4 ways over 'model': [32, 16] per device.
   assert report['kernel_shard_shape'] == [32, 16]
-  # No all-gather produces a whole parameter.
-  assert not set(report['all_gathers']) & set(report['param_shapes']), report
+  # No collective assembles a whole parameter.
+  assert not set(report['collectives']) & set(report['param_shapes']), report
   assert report['small_relpos_spec'] == [None, None]
   assert report['small_query_spec'] == [None, 'model']

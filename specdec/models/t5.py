@@ -311,8 +311,10 @@ class LayerNorm(nn.Module):
 class Embed(nn.Module):
   """The shared token embedding `embedding` [vocab, embed].
 
-  Lookup is a one-hot contraction (as T5X's `one_hot=True`), which partitions over a
-  vocab-sharded table without gathering it; it is exact, one term per sum.
+  Lookup is a gather, not T5X's one-hot contraction (`one_hot=True`, a TPU choice):
+  a contraction reads the whole table for every decode step, which on CPU and GPU
+  costs as much as the output layer. XLA partitions the gather from a vocab-sharded
+  table without gathering the table (test_sharding checks).
   """
 
   num_embeddings: int
@@ -330,8 +332,7 @@ class Embed(nn.Module):
     """inputs: int[...] -> [..., features] in `dtype`."""
     if not jnp.issubdtype(inputs.dtype, jnp.integer):
       raise TypeError(f'token ids must be integers, got {inputs.dtype}')
-    one_hot = jax.nn.one_hot(inputs, self.num_embeddings, dtype=self.dtype)
-    return jnp.dot(one_hot, jnp.asarray(self.embedding, self.dtype))
+    return jnp.take(jnp.asarray(self.embedding, self.dtype), inputs, axis=0)
 
   def attend(self, query: Array) -> Array:
     """query: [..., features] -> [..., num_embeddings], in `attend_dtype`."""
