@@ -126,22 +126,25 @@ def _flat_shapes(tree: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
 
 def insert_draft_checkpoint(state_dict: Mapping[str, Any],
                             target_state_dict: Mapping[str, Any], *,
-                            is_resuming: bool = False,
-                            path: Optional[str] = None) -> dict[str, Any]:
+                            is_resuming: bool = False, path: Optional[str] = None,
+                            dtype: Any = None) -> dict[str, Any]:
   """A T5X restore transformation that adds the draft checkpoint to the state read.
 
   T5X calls it (in `RestoreCheckpointConfig.state_transformation_fns`) with the state
   read from the target checkpoint; it adds the draft's `target` tree, read with
-  `specdec.checkpoints.load_t5x(path)`, under `state_dict['target'][DRAFT_KEY]`.
-  T5X then restores, shards and casts it (`RestoreCheckpointConfig.dtype`) with the
-  rest. A checkpoint that already holds a draft (written from this model's train
-  state) is returned unchanged.
+  `specdec.checkpoints.load_t5x(path, dtype=dtype)`, under
+  `state_dict['target'][DRAFT_KEY]`; T5X then shards it with the rest. T5X casts only
+  the arrays it reads itself (`RestoreCheckpointConfig.dtype`), not arrays a
+  transformation returns: give the same `dtype` here (configs/runs/infer.gin does).
+  A checkpoint that already holds a draft (written from this model's train state) is
+  returned unchanged.
 
   Args:
     state_dict: the optimizer state read from the target checkpoint.
     target_state_dict: the state of the model being restored (shapes only).
     is_resuming: part of T5X's protocol; resuming reads the checkpoint the same way.
     path: the draft's T5X checkpoint (gin: `DRAFT_CHECKPOINT_PATH`).
+    dtype: cast the draft's parameters to this dtype (None: as stored).
 
   Raises:
     ValueError: no `path`, a model without a draft, or a draft checkpoint whose
@@ -157,7 +160,7 @@ def insert_draft_checkpoint(state_dict: Mapping[str, Any],
                      'insert_draft_checkpoint is for SpeculativeEncoderDecoderModel')
   if DRAFT_KEY in state_dict.get('target', {}):
     return dict(state_dict)
-  draft = checkpoints.load_t5x(os.fspath(path))
+  draft = checkpoints.load_t5x(os.fspath(path), dtype=dtype)
   found, want = _flat_shapes(draft), _flat_shapes(expected[DRAFT_KEY])
   for key in sorted(set(found) | set(want)):
     if found.get(key) != want.get(key):

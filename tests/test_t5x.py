@@ -2,12 +2,12 @@
 installed, the model under T5X's PjitPartitioner and `python -m t5x.infer` runs."""
 
 import functools
+import importlib
 import os
 import pathlib
 import subprocess
 import sys
 
-from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -158,6 +158,10 @@ def test_insert_draft_checkpoint_adds_the_draft_to_the_state(pair, draft_checkpo
   assert restored['target']['decoder'] == 'spec of the target'
   assert_trees_equal(restored['target'][specdec_t5x.DRAFT_KEY],
                      checkpoints.load_t5x(draft_checkpoint))
+  cast = specdec_t5x.insert_draft_checkpoint(read, model_state, path=draft_checkpoint,
+                                             dtype='bfloat16')
+  assert {np.asarray(x).dtype for x in jax.tree.leaves(
+      cast['target'][specdec_t5x.DRAFT_KEY])} == {jnp.dtype(jnp.bfloat16)}
   # A checkpoint that already carries its draft is left as it is.
   assert specdec_t5x.insert_draft_checkpoint(restored, model_state,
                                              path='/unused') == restored
@@ -195,7 +199,7 @@ def test_config_of_and_sampling_from_t5x():
 
 def test_model_class_needs_t5x():
   try:
-    import t5x.models  # pylint: disable=g-import-not-at-top,unused-import
+    importlib.import_module('t5x.models')
   except ImportError:
     with pytest.raises(ImportError, match='t5x is not on PyPI'):
       _ = specdec_t5x.SpeculativeEncoderDecoderModel
@@ -385,7 +389,6 @@ from t5x import utils
 infer_script.infer.mode = 'predict_with_aux'
 TASK = 'specdec_tiny_wmt'
 MIXTURE_OR_TASK_MODULE = 'tiny_task'
-utils.RestoreCheckpointConfig.dtype = 'float32'
 '''
 
 
