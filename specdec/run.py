@@ -140,7 +140,8 @@ def summarize(records: Sequence[Mapping[str, Any]], stats: Mapping[str, np.ndarr
               metric: str, gamma: int, sampling: SamplingConfig,
               batch_times: Sequence[float],
               baseline_batch_times: Optional[Sequence[float]]) -> dict[str, Any]:
-  """The metrics JSON of a run.
+  """The metrics JSON of a run: the task's scores ('bleu', or 'rouge1', 'rouge2',
+  'rougeLsum'), the speculative statistics, and wall times.
 
   alpha_hat pools beta over every decoded position of every example (the paper's
   estimate of alpha, E[beta]); tokens_per_iteration pools likewise and is compared
@@ -155,7 +156,7 @@ def summarize(records: Sequence[Mapping[str, Any]], stats: Mapping[str, np.ndarr
       'num_examples': len(records), 'gamma': gamma,
       'temperature': sampling.temperature, 'top_k': sampling.top_k,
       'top_p': sampling.top_p,
-      metric: score(targets, predictions),
+      **score(targets, predictions),
       'alpha_hat': alpha,
       'tokens_per_iteration': float((np.sum(stats['accepted']) + iterations)
                                     / max(iterations, 1)),
@@ -167,7 +168,7 @@ def summarize(records: Sequence[Mapping[str, Any]], stats: Mapping[str, np.ndarr
   if baseline_batch_times is not None:
     baseline_time = float(np.sum(baseline_batch_times))
     result.update(
-        baseline={metric: score(targets, [r['baseline_prediction'] for r in records]),
+        baseline={**score(targets, [r['baseline_prediction'] for r in records]),
                   'time_s': baseline_time},
         speedup=baseline_time / result['time_s'],
         tokens_equal_to_baseline=float(np.mean([r['baseline_tokens_equal']

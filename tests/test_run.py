@@ -132,7 +132,8 @@ def test_tiny_pair_end_to_end(tmp_path):
                      '--gin.GAMMA=3'])
   assert json.loads((out / run.METRICS_FILE).read_text()) == result
   assert result['num_examples'] == 3 and result['gamma'] == 3
-  assert result['temperature'] == 0.0 and 0.0 <= result['bleu']['bleu'] <= 100.0
+  assert result['temperature'] == 0.0 and 0.0 <= result['bleu'] <= 100.0
+  assert result['baseline']['bleu'] == result['bleu']
   assert result['tokens_equal_to_baseline'] == 1.0
   assert 0.0 <= result['alpha_hat'] <= 1.0 and result['speedup'] > 0
   assert 1.0 <= result['tokens_per_iteration'] <= 4.0
