@@ -48,7 +48,8 @@ HF_CONFIG_FILE = 'config.json'
 HF_SHARED = 'shared.weight'
 # Names under which transformers may also store the shared embedding (T5 always ties
 # its input embeddings; v1.0 also ties the output layer).
-HF_INPUT_EMBEDDING_ALIASES = ('encoder.embed_tokens.weight', 'decoder.embed_tokens.weight')
+HF_INPUT_EMBEDDING_ALIASES = ('encoder.embed_tokens.weight',
+                              'decoder.embed_tokens.weight')
 HF_LM_HEAD = 'lm_head.weight'
 # In old transformers checkpoints, never used by the model (transformers itself
 # ignores it on load: `_keys_to_ignore_on_load_unexpected`).
@@ -181,7 +182,8 @@ def _absolute_ts_spec(spec: Mapping[str, Any], ckpt_dir: str, key: str) -> dict:
 class _ArraySource:
   """A parameter whose shape is known before its data is read."""
 
-  def __init__(self, shape: tuple[int, ...], read: Callable[[np.dtype | None], np.ndarray]):
+  def __init__(self, shape: tuple[int, ...],
+               read: Callable[[np.dtype | None], np.ndarray]):
     self.shape = tuple(shape)
     self.read = read
 

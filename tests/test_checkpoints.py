@@ -182,7 +182,8 @@ def test_hf_missing_key(tmp_path, cfg_params):
   save_file(tensors, str(tmp_path / 'model.safetensors'))
   with pytest.raises(ValueError, match=r"missing key 'decoder\.block\.0\.layer\.1\."
                      r"EncDecAttention\.k\.weight' \(T5X 'decoder/layers_0/encoder_"
-                     r"decoder_attention/key/kernel'\): the config expects shape \(16, 32\)"):
+                     r"decoder_attention/key/kernel'\): the config expects shape "
+                     r"\(16, 32\)"):
     checkpoints.load_hf(tmp_path, cfg)
 
 
@@ -201,9 +202,9 @@ def test_hf_shape_mismatch_names_key_and_both_shapes(tmp_path, cfg_params):
   checkpoints.save_hf(tmp_path, params, cfg)
   other = dataclasses.replace(cfg, num_heads=4)
   with pytest.raises(ValueError, match=r"shape mismatch for 'decoder\.block\.0\.layer\."
-                     r"0\.SelfAttention\.k\.weight' \(T5X 'decoder/layers_0/self_attention/"
-                     r"key/kernel'\): the checkpoint has \(16, 32\), the config expects "
-                     r"\(32, 32\)"):
+                     r"0\.SelfAttention\.k\.weight' \(T5X 'decoder/layers_0/"
+                     r"self_attention/key/kernel'\): the checkpoint has \(16, 32\), "
+                     r"the config expects \(32, 32\)"):
     checkpoints.load_hf(tmp_path, other)
 
 

@@ -361,7 +361,8 @@ class RelativePositionBiases(nn.Module):
   @nn.compact
   def __call__(self, query_positions: Array, key_positions: Array,
                bidirectional: bool) -> Array:
-    """float32[..., H, q, k] bias for `query_positions` [..., q], `key_positions` [..., k].
+    """float32[..., H, q, k]: the bias of queries at `query_positions` [..., q] for
+    keys at `key_positions` [..., k].
 
     Positions may be numpy constants (a full forward pass) or traced per-row
     positions [B, q] (a decode chunk). The gather is a one-hot contraction, as in
@@ -618,7 +619,8 @@ class Encoder(nn.Module):
       raise ValueError('encoder_input_tokens must be [batch, length], got shape '
                        f'{encoder_input_tokens.shape}')
     positions = np.arange(encoder_input_tokens.shape[1])
-    bias = RelativePositionBiases(num_heads=cfg.num_heads, name='relpos_bias')(positions, positions, True)[None]
+    relpos = RelativePositionBiases(num_heads=cfg.num_heads, name='relpos_bias')
+    bias = relpos(positions, positions, True)[None]
     if encoder_mask is not None:
       bias = bias + mask_to_bias(encoder_mask)
     x = self.shared_embedding(encoder_input_tokens.astype(jnp.int32))
@@ -1004,9 +1006,10 @@ class T5:
 
   def _apply(self, method: Callable[..., Any], *args, **kwargs) -> Any:
     if not isinstance(self.params, Mapping) or 'decoder' not in self.params:
+      found = (sorted(self.params) if isinstance(self.params, Mapping)
+               else type(self.params).__name__)
       raise ValueError('params must be the parameter tree (keys token_embedder, '
-                       'encoder, decoder), not a variables dict; got keys '
-                       f'{sorted(self.params) if isinstance(self.params, Mapping) else type(self.params).__name__}')
+                       f'encoder, decoder), not a variables dict; got {found}')
     return self.module.apply({'params': self.params}, *args, method=method, **kwargs)
 
   def encode(self, inputs: Array) -> Array:
