@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-EXTRAS := test,checkpoints,hf
+EXTRAS := test,checkpoints,hf,bench,t5x
 
 .PHONY: demo test bench clean
 
