@@ -895,6 +895,7 @@ def _param_shapes(cfg: T5Config) -> dict[str, Any]:
 def param_shapes(cfg: T5Config) -> dict[str, Any]:
   """The parameter tree of `cfg` as `jax.ShapeDtypeStruct`s, allocating nothing."""
   check_config(cfg)
+  # A fresh tree each call: callers may edit it; the cached one must not change.
   return jax.tree.map(lambda x: x, _param_shapes(cfg))
 
 
@@ -903,14 +904,15 @@ def random_params(cfg: T5Config, seed: int = 0, dtype: Any = np.float32
   """Random parameters drawn with numpy at T5X's initializer scales.
 
   Normal with std 1/sqrt(fan_in) for kernels (and a further 1/sqrt(head_dim) for
-  queries, as in T5X), 1 for the embedding; layer-norm scales are 1. Unlike
+  queries, as in T5X), 1/sqrt(buckets) for the relative position tables, 1 for the
+  embedding; layer-norm scales are 1. Unlike
   `init_params` this compiles nothing, so it is fast at any size: for tests and
   benchmarks, where the weights' exact distribution does not matter.
   """
   rng = np.random.default_rng(seed)
 
   def draw(path, leaf) -> np.ndarray:
-    name = path[-2].key if len(path) > 1 else ''
+    name = path[-2].key
     if path[-1].key == 'scale':
       return np.ones(leaf.shape, dtype)
     if path[-1].key == 'embedding':
