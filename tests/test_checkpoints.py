@@ -50,6 +50,8 @@ def test_t5x_legacy_dtype_cast(tmp_path, cfg_params):
 
 
 def test_t5x_orbax_round_trip(tmp_path, cfg_params):
+  pytest.importorskip('orbax.checkpoint',
+                      reason='the Orbax format needs orbax-checkpoint')
   cfg, params = cfg_params
   step_dir = write_t5x_orbax(str(tmp_path), params)
   for path in (step_dir, os.path.join(step_dir, 'state'), tmp_path):
