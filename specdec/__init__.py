@@ -8,7 +8,7 @@ The contract names:
   models                                     -- the DecodeModel protocol and models
 """
 
-from specdec import theory
+from specdec import checkpoints, sharding, theory
 from specdec.distributions import SamplingConfig, probabilities
 from specdec.models import CausalLM, DecodeModel
 from specdec.sample import (AutoregressiveStats, SampleOutput, SpeculativeStats,
@@ -24,7 +24,9 @@ __all__ = [
     "SamplingConfig",
     "SpeculativeStats",
     "autoregressive_sample",
+    "checkpoints",
     "probabilities",
+    "sharding",
     "speculative_sample",
     "theory",
 ]
