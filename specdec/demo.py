@@ -1,104 +1,160 @@
-"""The README's main job: speculative sampling on small built-in models.
+"""The README's main job: speculative decoding on the shipped trained pair.
 
-    python -m specdec.demo [--gamma=4] [--batch=64] [--max_new_tokens=32]
+    python -m specdec.demo [--num_sentences=24] [--gamma=4]
 
-The built-in pair is a toy: a target whose next-token logits depend on the whole
-prefix, and a draft that is the same function with perturbed weights, so that it
-agrees with the target often but not always. For temperatures 0 and 1 it prints gamma,
-the measured acceptance rate alpha (the paper's estimate: mean beta = sum min(p, q)
-along the decode), tokens per iteration measured against Equation 1 at that alpha,
-and, at temperature 0, whether the output equals the target's own greedy decode.
+Loads `multi30k_ende` (a T5 v1.1 target and a much smaller draft, trained on Multi30k
+English->German by `scripts/train_pair.py`), translates bundled Multi30k test_2016
+sentences at batch 1 with the autoregressive baseline and with speculative decoding,
+at temperatures 0 and 1, and prints a table in the style of the paper's Table 2:
+gamma, measured alpha, tokens per iteration (measured and Equation 1), baseline and
+speculative ms/token, the measured speed-up, the predicted one (Theorem 3.8 refined
+with the measured c and v, see `specdec.benchmarking`) and measured / predicted; then
+three translations with their references. Writes the same as JSON and a PNG plot.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
 
-import specdec
+from specdec import benchmarking, pretrained, theory
+from specdec.data import EOS_ID, TRANSLATE_PREFIX
+from specdec.distributions import SamplingConfig
 
-_GAMMA = flags.DEFINE_integer("gamma", 4, "Draft tokens per iteration.")
-_BATCH = flags.DEFINE_integer("batch", 64, "Prompts decoded side by side.")
-_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 32, "Tokens generated per prompt.")
-_VOCAB = flags.DEFINE_integer("vocab", 64, "Vocabulary of the toy models.")
-_NOISE = flags.DEFINE_float("draft_noise", 0.15, "How far the draft's weights stray.")
-_JSON = flags.DEFINE_string("json_out", None, "Also write the table here as JSON.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed for weights, prompts and sampling.")
-
-
-def running_mean_logits(tokens, params):
-  """Causal logits: a running mean of token embeddings, plus a bigram term."""
-  emb = params["emb"][tokens]
-  mean = jnp.cumsum(emb, axis=1) / jnp.arange(1, tokens.shape[1] + 1)[None, :, None]
-  return 4.0 * jnp.tanh(mean) @ params["out"] + params["bigram"][tokens]
-
-
-def toy_pair(vocab: int, noise: float, seed: int, dim: int = 16):
-  """(target, draft) CausalLMs: the draft's weights are the target's plus noise."""
-  keys = jax.random.split(jax.random.key(seed), 6)
-  target = dict(emb=jax.random.normal(keys[0], (vocab, dim)),
-                out=jax.random.normal(keys[1], (dim, vocab)) / np.sqrt(dim) * 2,
-                bigram=jax.random.normal(keys[2], (vocab, vocab)))
-  draft = {name: w + noise * jax.random.normal(k, w.shape) * jnp.std(w)
-           for (name, w), k in zip(target.items(), keys[3:])}
-  return (specdec.CausalLM.from_fn(running_mean_logits, vocab, params=target),
-          specdec.CausalLM.from_fn(running_mean_logits, vocab, params=draft))
+_PAIR = flags.DEFINE_string("pair", "multi30k_ende", "A shipped pair.")
+_NUM = flags.DEFINE_integer("num_sentences", 24, "Test sentences to translate.")
+_GAMMA = flags.DEFINE_integer(
+    "gamma", 1, "Draft tokens per iteration (1 measured best for this pair on a CPU).")
+_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 40, "Tokens generated at most.")
+_INPUT_LEN = flags.DEFINE_integer("input_length", 48, "Encoder length (padded).")
+_REPEATS = flags.DEFINE_integer("repeats", 1, "Timed repeats of each decode.")
+_JSON = flags.DEFINE_string("json_out", "out/demo.json", "JSON output ('' for none).")
+_PLOT = flags.DEFINE_string("plot_out", "out/demo.png", "PNG output ('' for none).")
+_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
+_PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
 
 
-def run(gamma: int, batch: int, max_new_tokens: int, vocab: int, noise: float,
-        seed: int) -> list[dict]:
-  target, draft = toy_pair(vocab, noise, seed)
-  prompts = jax.random.randint(jax.random.key(seed + 1), (batch, 4), 0, vocab)
-  rows = []
+def encode_inputs(vocab, sentences: list[str], length: int) -> list[jax.Array]:
+  """Each English sentence as T5 encoder ids [1, length] (prefix, EOS, padding)."""
+  return [jnp.asarray(vocab.encode_padded(TRANSLATE_PREFIX + s, length))[None]
+          for s in sentences]
+
+
+def run(pair: str, num_sentences: int, gamma: int, max_new_tokens: int,
+        input_length: int, repeats: int, seed: int, progress: bool = True) -> dict:
+  target, draft, vocab = pretrained.load_pair(pair)
+  sentences = pretrained.test_sentences(pair)[:num_sentences]
+  inputs = encode_inputs(vocab, [en for en, _ in sentences], input_length)
+  costs = benchmarking.step_costs(target, draft, inputs[0], gamma,
+                                  max_new_tokens + gamma + 1)
+  bar = None
+  if progress:
+    from tqdm import tqdm  # Only for the command line.
+    bar = tqdm(total=4, desc="decoding", unit="run")
+  rows, examples = [], []
+  key = jax.random.key(seed)
   for temperature in (0.0, 1.0):
-    sampling = specdec.SamplingConfig(temperature=temperature)
-    key = jax.random.key(seed + 2)
-    out = specdec.speculative_sample(target, draft, prompts, key, gamma=gamma,
-                                     max_new_tokens=max_new_tokens, sampling=sampling)
-    stats = out.stats
-    alpha = float(stats.beta_sum.sum() / stats.beta_count.sum())
-    measured = float((stats.accepted + stats.iterations).sum() / stats.iterations.sum())
+    sampling = SamplingConfig(temperature=temperature)
+    base_s, base_out = benchmarking.time_decodes(
+        benchmarking.autoregressive_decoder(target, max_new_tokens, sampling, EOS_ID),
+        inputs, key, repeats)
+    bar and bar.update(1)
+    spec_s, spec_out = benchmarking.time_decodes(
+        benchmarking.speculative_decoder(target, draft, gamma, max_new_tokens, sampling,
+                                         EOS_ID), inputs, key, repeats)
+    bar and bar.update(1)
+    stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
+    alpha = benchmarking.pooled_alpha(stats)
+    predicted = benchmarking.predicted_speedup(alpha, gamma, costs["c"], costs["v"])
     row = dict(temperature=temperature, gamma=gamma, alpha=alpha,
-               tokens_per_iteration=measured,
-               eq1_tokens_per_iteration=float(specdec.theory.expected_tokens(alpha, gamma)),
-               accepted_fraction=float(stats.accepted.sum() / stats.drafted.sum()))
+               tokens_per_iteration=benchmarking.pooled_tokens_per_iteration(stats),
+               eq1_tokens_per_iteration=float(theory.expected_tokens(alpha, gamma)),
+               baseline_ms_per_token=base_s * 1e3, speculative_ms_per_token=spec_s * 1e3,
+               speedup=base_s / spec_s, predicted_speedup=predicted,
+               predicted_speedup_paper=benchmarking.predicted_speedup(alpha, gamma,
+                                                                      costs["c"]))
+    row["measured_over_predicted"] = row["speedup"] / predicted
     if temperature == 0.0:
-      base = specdec.autoregressive_sample(target, prompts, key,
-                                           max_new_tokens=max_new_tokens,
-                                           sampling=sampling)
-      row["matches_greedy_target"] = bool(jnp.array_equal(out.tokens, base.tokens))
+      row["identical_to_baseline"] = all(
+          bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out))
+      examples = [dict(source=en, reference=de,
+                       speculative=vocab.decode(np.asarray(o.tokens[0]).tolist()))
+                  for (en, de), o in zip(sentences[:3], spec_out[:3])]
     rows.append(row)
-  return rows
+  if bar is not None:
+    bar.close()
+  return dict(pair=pair, num_sentences=len(sentences), max_new_tokens=max_new_tokens,
+              backend=jax.devices()[0].platform, costs=costs, rows=rows,
+              examples=examples)
 
 
-def format_table(rows: list[dict]) -> str:
-  header = ("temperature", "gamma", "alpha", "tokens/iter", "Eq. 1", "= greedy Mp")
-  lines = [" | ".join(header), " | ".join("-" * len(h) for h in header)]
-  for r in rows:
-    match = {True: "yes", False: "NO"}.get(r.get("matches_greedy_target"), "n/a")
-    lines.append(" | ".join([f"{r['temperature']:g}", str(r["gamma"]),
-                             f"{r['alpha']:.3f}", f"{r['tokens_per_iteration']:.2f}",
-                             f"{r['eq1_tokens_per_iteration']:.2f}", match]))
+def format_table(result: dict) -> str:
+  header = ("temp", "gamma", "alpha", "tok/iter", "Eq. 1", "base ms/tok", "spec ms/tok",
+            "speed-up", "predicted", "meas/pred")
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for r in result["rows"]:
+    lines.append("| " + " | ".join([
+        f"{r['temperature']:g}", str(r["gamma"]), f"{r['alpha']:.2f}",
+        f"{r['tokens_per_iteration']:.2f}", f"{r['eq1_tokens_per_iteration']:.2f}",
+        f"{r['baseline_ms_per_token']:.2f}", f"{r['speculative_ms_per_token']:.2f}",
+        f"{r['speedup']:.2f}x", f"{r['predicted_speedup']:.2f}x",
+        f"{r['measured_over_predicted']:.2f}"]) + " |")
+  c = result["costs"]
+  lines.append(f"\nc = t_q / t_p1 = {c['c']:.3f}, v = t_p(gamma+1) / t_p1 = {c['v']:.2f} "
+               f"(t_p1 {c['t_p1'] * 1e3:.2f} ms); predicted = E[tokens] / (gamma c + v)")
   return "\n".join(lines)
+
+
+def save_plot(result: dict, path: str) -> None:
+  import matplotlib  # Only when a plot is asked for.
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  c = result["costs"]
+  gammas = np.arange(1, 9)
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for r in result["rows"]:
+    curve = theory.walltime_improvement(r["alpha"], gammas, c["c"], v=c["v"])
+    line, = ax.plot(gammas, curve, label=f"predicted, temp {r['temperature']:g} "
+                    f"(alpha {r['alpha']:.2f})")
+    ax.plot([r["gamma"]], [r["speedup"]], "o", color=line.get_color(),
+            label=f"measured, temp {r['temperature']:g}")
+  ax.axhline(1.0, color="gray", lw=0.5)
+  ax.set_xlabel("gamma")
+  ax.set_ylabel("speed-up over the baseline")
+  ax.set_title(f"{result['pair']} on {result['backend']} (v = {c['v']:.2f} held fixed)")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # JAX's backend probing is noise here.
-  rows = run(_GAMMA.value, _BATCH.value, _MAX_NEW.value, _VOCAB.value, _NOISE.value,
-             _SEED.value)
-  print(f"Speculative sampling on the built-in toy pair (vocab {_VOCAB.value}, "
-        f"{_BATCH.value} prompts x {_MAX_NEW.value} tokens)\n")
-  print(format_table(rows))
-  if _JSON.value:
-    with open(_JSON.value, "w") as f:
-      json.dump(rows, f, indent=2)
-  if not rows[0]["matches_greedy_target"]:
-    raise SystemExit("temperature 0 output differs from the greedy target")
+  result = run(_PAIR.value, _NUM.value, _GAMMA.value, _MAX_NEW.value, _INPUT_LEN.value,
+               _REPEATS.value, _SEED.value, _PROGRESS.value)
+  print(f"\nSpeculative decoding, {result['pair']}: {result['num_sentences']} Multi30k "
+        f"test_2016 sentences, batch 1, {result['backend']}\n")
+  print(format_table(result))
+  print("\nTemperature 0 output identical to the baseline:",
+        "yes" if result["rows"][0]["identical_to_baseline"] else "NO")
+  for e in result["examples"]:
+    print(f"\n  EN   {e['source']}\n  REF  {e['reference']}\n  OUT  {e['speculative']}")
+  for path, write in ((_JSON.value, None), (_PLOT.value, save_plot)):
+    if path:
+      os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+      if write is None:
+        with open(path, "w") as f:
+          json.dump(result, f, indent=2)
+      else:
+        write(result, path)
+  if not result["rows"][0]["identical_to_baseline"]:
+    raise SystemExit("temperature 0 output differs from the baseline")
 
 
 if __name__ == "__main__":

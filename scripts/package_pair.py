@@ -1,0 +1,85 @@
+"""Packages a pair trained by `train_pair.py` into `specdec/weights/<name>/`.
+
+    python scripts/package_pair.py --train_dir=out/train_pair \
+        --multi30k_dir=../shared/data/multi30k
+
+Copies the exported bfloat16 T5X checkpoints and the Multi30k test_2016 sentences the
+demo translates, and writes `pair.json`: the model configs, checkpoint paths, the
+training summary and the provenance of the data. `evaluate_pair.py` adds the measured
+quality and acceptance and writes the model card.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import sys
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_pair  # noqa: E402  (the presets the pair was trained with)
+
+_TRAIN = flags.DEFINE_string("train_dir", "out/train_pair", "train_pair.py --out_dir.")
+_MULTI30K = flags.DEFINE_string("multi30k_dir", "../shared/data/multi30k",
+                                "Multi30k raw files (for the shipped test sentences).")
+_NAME = flags.DEFINE_string("name", "multi30k_ende", "Name of the pair.")
+_OUT = flags.DEFINE_string("weights_dir", "specdec/weights", "Where pairs live.")
+
+TEST_SETS = {"test_2016_flickr": {"en": "test_2016_flickr.en", "de": "test_2016_flickr.de"}}
+PROVENANCE = {
+    "multi30k": "Multi30k task 1 raw captions (Elliott et al. 2016), multi30k/dataset @ "
+                "a3d2e0d26b56f3846f66a952536ffed4e401d05a : data/task1/raw; "
+                "non-commercial research and education use",
+    "vocabulary": "T5's public SentencePiece model (cc_all.32000), Apache-2.0",
+}
+
+
+def config_json(cfg) -> dict:
+  fields = dataclasses.asdict(cfg)
+  fields.pop("dtype")
+  fields.pop("dropout_rate")
+  fields["mlp_activations"] = list(fields["mlp_activations"])
+  return fields
+
+
+def main(argv):
+  del argv
+  with open(os.path.join(_TRAIN.value, "summary.json")) as f:
+    summary = json.load(f)
+  out = pathlib.Path(_OUT.value) / _NAME.value
+  out.mkdir(parents=True, exist_ok=True)
+  info = dict(name=_NAME.value, task="Multi30k English->German",
+              prefix=train_pair.PREFIX, test_sets=TEST_SETS, provenance=PROVENANCE)
+  for which in ("target", "draft"):
+    source = pathlib.Path(summary[which]["checkpoint"])
+    dest = out / which / source.name
+    if dest.exists():
+      shutil.rmtree(dest)
+    shutil.copytree(source, dest)
+    history = summary[which]["history"]
+    info[which] = dict(
+        config=config_json(train_pair.PRESETS[which]),
+        checkpoint=str(dest.relative_to(out)),
+        params=summary[which]["params"],
+        training=dict(steps=summary[which]["steps"], epochs=summary[which]["epochs"],
+                      batch_size=summary[which]["batch_size"],
+                      minutes=round(summary[which]["seconds"] / 60, 1),
+                      final_val_loss=history[-1]["val_loss"], history=history))
+  for split, files in TEST_SETS.items():
+    for lang, name in files.items():
+      shutil.copyfile(os.path.join(_MULTI30K.value, name), out / name)
+  previous = out / "pair.json"
+  if previous.exists():  # Keep measurements of an earlier evaluate_pair.py run.
+    with open(previous) as f:
+      info.setdefault("metrics", json.load(f).get("metrics", {}))
+  with open(previous, "w") as f:
+    json.dump(info, f, indent=2)
+  print(f"packaged {_NAME.value} into {out}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,80 @@
+"""The shipped model pairs: trained offline by `scripts/train_pair.py`, loaded in one line.
+
+    target, draft, vocab = specdec.pretrained.load_pair("multi30k_ende")
+
+`multi30k_ende` is a T5 v1.1 target and a much smaller T5 v1.1 draft, both trained
+from scratch on Multi30k English->German with T5's SentencePiece vocabulary; the model
+card (`specdec/weights/multi30k_ende/MODEL_CARD.md`) gives data, sizes, training and
+measured quality and acceptance. Weights are stored in bfloat16 in the T5X checkpoint
+layout (`specdec.checkpoints.load_t5x`) and loaded in float32 by default: XLA's CPU
+bfloat16 is emulated and slow.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import jax.numpy as jnp
+
+from specdec import checkpoints, data
+from specdec.models import t5
+
+WEIGHTS_DIR = pathlib.Path(__file__).resolve().parent / "weights"
+PAIRS = ("multi30k_ende",)
+
+
+def vocab_path() -> str:
+  """The shipped T5 SentencePiece model."""
+  return str(data.VOCAB_FILE)
+
+
+def pair_dir(name: str) -> pathlib.Path:
+  if name not in PAIRS:
+    raise ValueError(f"name: unknown pair {name!r}; shipped pairs: {list(PAIRS)}")
+  path = WEIGHTS_DIR / name
+  if not (path / "pair.json").is_file():
+    raise FileNotFoundError(f"name: the weights of {name!r} are missing from {path}")
+  return path
+
+
+def pair_info(name: str = "multi30k_ende") -> dict[str, Any]:
+  """The pair's metadata: configs, checkpoint paths, training summary, measurements."""
+  with open(pair_dir(name) / "pair.json") as f:
+    return json.load(f)
+
+
+def _config(fields: dict[str, Any], dtype) -> t5.T5Config:
+  return t5.T5Config(**dict(fields, dtype=dtype,
+                            mlp_activations=tuple(fields["mlp_activations"]),
+                            dropout_rate=0.0))
+
+
+def load_model(name: str, which: str, dtype=jnp.float32) -> t5.T5:
+  """One model of a pair ('target' or 'draft') as a `DecodeModel`."""
+  info = pair_info(name)
+  if which not in ("target", "draft"):
+    raise ValueError(f"which must be 'target' or 'draft', got {which!r}")
+  cfg = _config(info[which]["config"], dtype)
+  params = checkpoints.load_t5x(str(pair_dir(name) / info[which]["checkpoint"]), cfg,
+                                dtype=dtype)
+  return t5.T5(cfg, params)
+
+
+def load_pair(name: str = "multi30k_ende", dtype=jnp.float32):
+  """(target, draft, vocabulary): two `T5` DecodeModels and T5's SentencePiece vocab."""
+  return (load_model(name, "target", dtype), load_model(name, "draft", dtype),
+          data.Vocabulary())
+
+
+def test_sentences(name: str = "multi30k_ende", split: str = "test_2016_flickr"
+                   ) -> list[tuple[str, str]]:
+  """(English, German reference) pairs shipped with the pair."""
+  info = pair_info(name)
+  if split not in info["test_sets"]:
+    raise ValueError(f"split: {split!r} is not shipped; have {sorted(info['test_sets'])}")
+  base = pair_dir(name)
+  en = data.read_lines(base / info["test_sets"][split]["en"])
+  de = data.read_lines(base / info["test_sets"][split]["de"])
+  return list(zip(en, de))
