@@ -23,6 +23,7 @@ import numpy as np
 from absl import app, flags, logging
 
 import specdec
+from specdec.benchmarking import median_seconds
 
 _VOCAB = flags.DEFINE_list("vocab", ["256", "32128"], "Vocabulary sizes.")
 _GAMMAS = flags.DEFINE_list("gammas", ["1", "3", "5", "7"], "Draft lengths.")
@@ -59,15 +60,6 @@ class TableLM:
     return state
 
 
-def _median_seconds(fn, repeats):
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return float(np.median(times))
-
-
 def measure(vocab, gammas, max_new_tokens, repeats, sampling):
   rng = np.random.default_rng(0)
   logits = rng.standard_normal((min(vocab, 256), vocab)).astype(np.float32) * 2
@@ -84,7 +76,7 @@ def measure(vocab, gammas, max_new_tokens, repeats, sampling):
   start = time.perf_counter()
   jax.block_until_ready(baseline())
   compile_s = time.perf_counter() - start
-  wall = _median_seconds(baseline, repeats)
+  wall = median_seconds(baseline, repeats, warmup=0)
   rows.append(dict(vocab=vocab, method="autoregressive", gamma=0, compile_s=compile_s,
                    decode_s=wall, iterations=max_new_tokens,
                    us_per_iteration=wall / max_new_tokens * 1e6,
@@ -96,7 +88,7 @@ def measure(vocab, gammas, max_new_tokens, repeats, sampling):
     start = time.perf_counter()
     out = jax.block_until_ready(spec())
     compile_s = time.perf_counter() - start
-    wall = _median_seconds(lambda: spec().tokens, repeats)
+    wall = median_seconds(lambda: spec().tokens, repeats, warmup=0)
     iterations = int(out.stats.iterations[0])
     rows.append(dict(vocab=vocab, method="speculative", gamma=gamma, compile_s=compile_s,
                      decode_s=wall, iterations=iterations,
