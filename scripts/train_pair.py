@@ -5,7 +5,7 @@
 English->German on Multi30k (train 29k pairs, validation 1014), T5's SentencePiece
 vocabulary and T5's task prefix ("translate English to German: "), both models from
 scratch with the same data, optimizer and seed. Seeded and reproducible (the data
-order and the initialisation depend on --seed only), with a progress bar, periodic
+order and the initialisation depend on --training_seed only), with a progress bar, periodic
 validation loss, and resumable checkpoints: rerunning the same command continues from
 the last saved step. At the end each model's parameters are exported in bfloat16 in
 the T5X checkpoint layout that `specdec.checkpoints.load_t5x` reads.
@@ -280,7 +280,7 @@ _WHICH = flags.DEFINE_list("which", ["draft", "target"], "Models to train, in or
 _EPOCHS = flags.DEFINE_multi_string("epochs", ["draft=1.0", "target=1.0"],
                                     "Epochs per model, as name=value.")
 _BATCH = flags.DEFINE_integer("batch_size", 64, "Sentences per step.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed for data order and initialisation.")
+_SEED = flags.DEFINE_integer("training_seed", 0, "Seed for data order and initialisation.")
 
 
 def main(argv):
