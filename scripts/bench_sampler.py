@@ -30,6 +30,8 @@ _GAMMAS = flags.DEFINE_list("gammas", ["1", "3", "5", "7"], "Draft lengths.")
 _MAX_NEW = flags.DEFINE_integer("max_new_tokens", 128, "Tokens per decode.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed decodes per setting.")
 _TOP_P = flags.DEFINE_float("top_p", None, "Optional nucleus sampling (sorts V).")
+_TEMPS = flags.DEFINE_list("temperatures", ["0", "1"],
+                           "Temperatures (0: the greedy path, on tokens only).")
 _JSON = flags.DEFINE_string("json_out", "out/bench_sampler.json", "JSON output.")
 
 
@@ -99,10 +101,10 @@ def measure(vocab, gammas, max_new_tokens, repeats, sampling):
 
 
 def format_table(rows):
-  header = "| V | method | gamma | compile s | decode ms | iterations | us/iteration | us/token |"
-  lines = [header, "|" + "---|" * 8]
+  header = "| V | temp | method | gamma | compile s | decode ms | iterations | us/iteration | us/token |"
+  lines = [header, "|" + "---|" * 9]
   for r in rows:
-    lines.append(f"| {r['vocab']} | {r['method']} | {r['gamma']} | {r['compile_s']:.2f} | "
+    lines.append(f"| {r['vocab']} | {r['temperature']:g} | {r['method']} | {r['gamma']} | {r['compile_s']:.2f} | "
                  f"{r['decode_s'] * 1e3:.2f} | {r['iterations']} | "
                  f"{r['us_per_iteration']:.0f} | {r['us_per_token']:.0f} |")
   return "\n".join(lines)
@@ -111,19 +113,21 @@ def format_table(rows):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  sampling = specdec.SamplingConfig(temperature=1.0, top_p=_TOP_P.value)
   rows = []
-  for vocab in map(int, _VOCAB.value):
-    rows += measure(vocab, [int(g) for g in _GAMMAS.value], _MAX_NEW.value,
-                    _REPEATS.value, sampling)
+  for temperature in map(float, _TEMPS.value):
+    sampling = specdec.SamplingConfig(temperature=temperature, top_p=_TOP_P.value)
+    for vocab in map(int, _VOCAB.value):
+      rows += [dict(r, temperature=temperature) for r in measure(
+          vocab, [int(g) for g in _GAMMAS.value], _MAX_NEW.value, _REPEATS.value,
+          sampling)]
   print(f"Sampler overhead, batch 1, {_MAX_NEW.value} new tokens, lookup-table models, "
-        f"{sampling}, {jax.devices()[0].platform} ({os.cpu_count()} cores)\n")
+        f"top_p {_TOP_P.value}, {jax.devices()[0].platform} ({os.cpu_count()} cores)\n")
   print(format_table(rows))
   if _JSON.value:
     os.makedirs(os.path.dirname(_JSON.value) or ".", exist_ok=True)
     with open(_JSON.value, "w") as f:
       json.dump(dict(platform=platform.platform(), backend=jax.devices()[0].platform,
-                     jax=jax.__version__, sampling=str(sampling), rows=rows), f, indent=2)
+                     jax=jax.__version__, top_p=_TOP_P.value, rows=rows), f, indent=2)
 
 
 if __name__ == "__main__":

@@ -92,6 +92,27 @@ def _top_p_mask(probs: Array, top_p: float) -> Array:
   return probs >= threshold
 
 
+def first_argmax(values: Array) -> Array:
+  """int32[...]: index of the first maximum along the last axis (as `jnp.argmax`).
+
+  A max-reduce, a compare and a min-reduce of indices: on XLA's CPU about 4x faster
+  than `jnp.argmax`'s variadic reduce at V = 32128, which matters when it runs at
+  every drafted and verified position.
+  """
+  size = values.shape[-1]
+  top = jnp.max(values, axis=-1, keepdims=True)
+  index = jnp.arange(size, dtype=jnp.int32)
+  return jnp.min(jnp.where(values == top, index, size), axis=-1).astype(jnp.int32)
+
+
+def greedy_tokens(logits: Array) -> Array:
+  """int32[...]: the temperature-0 token, the first argmax of the sanitized logits.
+
+  The token that `probabilities(logits, SamplingConfig(0.0))` is one-hot at.
+  """
+  return first_argmax(_sanitize(logits))
+
+
 def probabilities(logits: Array, sampling: SamplingConfig) -> Array:
   """The sampling distribution for `logits` [..., V] under `sampling`, float32.
 
@@ -100,8 +121,7 @@ def probabilities(logits: Array, sampling: SamplingConfig) -> Array:
   """
   logits = _sanitize(logits)
   if sampling.greedy:
-    return jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1],
-                          dtype=jnp.float32)
+    return jax.nn.one_hot(first_argmax(logits), logits.shape[-1], dtype=jnp.float32)
   # Shift the max to 0 first, so a temperature that underflows float32 sends every
   # other logit to -inf instead of computing 0 / 0.
   logits = logits - jnp.max(logits, axis=-1, keepdims=True)

@@ -32,7 +32,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specdec.distributions import SamplingConfig, probabilities
+from specdec.distributions import SamplingConfig, greedy_tokens, probabilities
 from specdec.models.base import DecodeModel
 
 Array = jax.Array
@@ -57,6 +57,8 @@ class SpeculativeStats:
     beta_sum: float32[B], sum over the row's decoded positions of
       beta = sum_x min(p(x), q(x)) (Corollary 3.6).
     beta_count: int32[B], how many positions `beta_sum` holds.
+    rejected: int32[B], iterations that ended in a rejection (n < gamma); the others
+      accepted all gamma drafts.
   """
 
   iterations: Array
@@ -64,6 +66,7 @@ class SpeculativeStats:
   accepted: Array
   beta_sum: Array
   beta_count: Array
+  rejected: Array
 
   @property
   def alpha_hat(self) -> Array:
@@ -74,6 +77,16 @@ class SpeculativeStats:
   def tokens_per_iteration(self) -> Array:
     """float32[B], measured counterpart of Equation 1."""
     return (self.accepted + self.iterations) / jnp.maximum(self.iterations, 1)
+
+  @property
+  def alpha_from_accepts(self) -> Array:
+    """float32[B], alpha from the accept counts alone: accepted / (accepted + rejected).
+
+    The maximum-likelihood estimate when every draft is accepted independently with
+    probability alpha (the paper's simplifying assumption, Definition 3.1): an
+    iteration is a run of successes ended by one failure or by reaching gamma.
+    """
+    return self.accepted / jnp.maximum(self.accepted + self.rejected, 1)
 
 
 @flax.struct.dataclass
@@ -128,20 +141,41 @@ def num_accepted(accepted: Array) -> Array:
   return jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=-1), axis=-1)
 
 
+_SAMPLE_BLOCK = 128
+
+
+def _last_positive(values: Array) -> Array:
+  """int32[B]: the last index along axis 1 where values > 0 (0 if none)."""
+  index = jnp.arange(values.shape[-1], dtype=jnp.int32)
+  return jnp.maximum(jnp.max(jnp.where(values > 0, index, -1), axis=-1), 0)
+
+
 def _sample_rows(keys: Array, probs: Array) -> Array:
   """One token per row by inverting the CDF: keys [B], probs float32[B, V] -> int32[B].
 
-  One uniform per row rather than V Gumbel draws (which cost more than a small
+  One uniform u per row rather than V Gumbel draws (which cost more than a small
   model's step at V = 32128). Token i is drawn when u * total falls in
-  [cdf[i-1], cdf[i]), an empty interval when p_i = 0; the clip to the last token of
-  positive probability only guards float rounding of u * total.
+  [cdf[i-1], cdf[i]), an empty interval when p_i = 0. The CDF is inverted in two
+  levels, over blocks of 128 tokens and then within the chosen block, because a full
+  cumulative sum over V is slow on XLA's CPU (a reduce-window); the clips to the last
+  block / token of positive probability only guard float rounding.
   """
-  vocab = probs.shape[-1]
-  cdf = jnp.cumsum(probs, axis=-1)
-  u = jax.vmap(lambda k: jax.random.uniform(k, ()))(keys) * cdf[:, -1]
-  index = jax.vmap(lambda c, x: jnp.searchsorted(c, x, side="right"))(cdf, u)
-  last_positive = vocab - 1 - jnp.argmax(probs[:, ::-1] > 0, axis=-1)
-  return jnp.minimum(index, last_positive).astype(jnp.int32)
+  batch, vocab = probs.shape
+  size = min(_SAMPLE_BLOCK, vocab)
+  num_blocks = -(-vocab // size)
+  blocks = jnp.pad(probs, ((0, 0), (0, num_blocks * size - vocab))).reshape(
+      batch, num_blocks, size)
+  block_mass = jnp.sum(blocks, axis=-1)
+  block_cdf = jnp.cumsum(block_mass, axis=-1)
+  u = jax.vmap(lambda k: jax.random.uniform(k, ()))(keys) * block_cdf[:, -1]
+  block = jax.vmap(lambda c, x: jnp.searchsorted(c, x, side="right"))(block_cdf, u)
+  block = jnp.minimum(block, _last_positive(block_mass)).astype(jnp.int32)
+  below = jnp.where(block > 0, _take_position(block_cdf, jnp.maximum(block - 1, 0)), 0.0)
+  chosen = _take_position(blocks, block)
+  within = jax.vmap(lambda c, x: jnp.searchsorted(c, x, side="right"))(
+      jnp.cumsum(chosen, axis=-1), u - below)
+  within = jnp.minimum(within, _last_positive(chosen)).astype(jnp.int32)
+  return block * size + within
 
 
 def _take(probs: Array, tokens: Array) -> Array:
@@ -178,7 +212,8 @@ def _iteration_keys(row_keys: Array, iterations: Array, num: int) -> Array:
 
 def _draft(draft: DecodeModel, state: Any, pending: Array, num_pending: Array,
            keys: Array, sampling: SamplingConfig, gamma: int):
-  """Step 1: gamma draft steps. Returns x int32[B, gamma], q float32[B, gamma, V].
+  """Step 1: gamma draft steps. Returns x int32[B, gamma], q float32[B, gamma, V]
+  (None at temperature 0, where q_i is one-hot at x_i).
 
   The first step feeds the 2-token chunk `pending` of which `num_pending` [B] (1 or
   2) tokens are real; the logits of the last real one give q_1, and the cache is
@@ -187,6 +222,18 @@ def _draft(draft: DecodeModel, state: Any, pending: Array, num_pending: Array,
   start = draft.lengths(state)
   logits, state = draft.extend(state, pending)
   state = draft.rewind(state, start + num_pending)
+  if sampling.greedy:
+    # Temperature 0: q is one-hot at x, so the tokens are all the rest needs.
+    def greedy_step(carry, _):
+      state, x_prev = carry
+      logits, state = draft.extend(state, x_prev[:, None])
+      x = greedy_tokens(logits[:, 0])
+      return (state, x), x
+
+    x1 = greedy_tokens(_take_position(logits, num_pending - 1))
+    (state, _), xs = jax.lax.scan(greedy_step, (state, x1), None, length=gamma - 1)
+    return jnp.concatenate([x1[:, None], jnp.swapaxes(xs, 0, 1)], axis=1), None, state
+
   q1 = probabilities(_take_position(logits, num_pending - 1), sampling)
   x1 = _sample_rows(keys[:, 0], q1)
 
@@ -225,6 +272,25 @@ def speculative_step(p: Array, q: Array, x: Array, r: Array, key: Array):
   t = _sample_rows(key, residual(_take_position(p, n), _take_position(q_padded, n)))
   beta = jnp.sum(jnp.minimum(p[:, :gamma], q), axis=-1)
   return n, t, beta
+
+
+def greedy_step(target_tokens: Array, x: Array):
+  """`speculative_step` at temperature 0, on tokens instead of distributions.
+
+  p_i and q_i are one-hot at the target's argmax y_i and at x_i, so x_i is accepted
+  iff x_i = y_i (r_i < p_i(x_i) / q_i(x_i) = 1 or 0), the residual at the first
+  mismatch is one-hot at y_{n+1} (as is p_{gamma+1}), and beta_i = [x_i = y_i]: the
+  same n, t and beta as `speculative_step` on the one-hot distributions, without
+  materializing them over the vocabulary.
+
+  Args:
+    target_tokens: int32[B, gamma + 1], y_1..y_{gamma+1}, the target's greedy tokens.
+    x: int32[B, gamma], the draft's greedy tokens.
+  """
+  gamma = x.shape[1]
+  matches = x == target_tokens[:, :gamma]
+  n = num_accepted(matches)
+  return n, _take_position(target_tokens, n), matches.astype(jnp.float32)
 
 
 # ------------------------------------------------------------------------ the decode loop
@@ -302,7 +368,7 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
       row_keys=_row_keys(rng, batch),
       stats=SpeculativeStats(iterations=zeros, drafted=zeros, accepted=zeros,
                              beta_sum=jnp.zeros((batch,), jnp.float32),
-                             beta_count=zeros))
+                             beta_count=zeros, rejected=zeros))
 
   def cond_fn(s: _SpeculativeState):
     return jnp.any(~s.done)
@@ -317,9 +383,12 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
                                keys[:, :gamma], sampling, gamma)
     logits, target_state = target.extend(
         s.target_state, jnp.concatenate([s.last[:, None], x], axis=1))
-    p = probabilities(logits, sampling)
-    r = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(keys[:, gamma])
-    n, t, beta = speculative_step(p, q, x, r, keys[:, gamma + 1])
+    if sampling.greedy:
+      n, t, beta = greedy_step(greedy_tokens(logits), x)
+    else:
+      p = probabilities(logits, sampling)
+      r = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(keys[:, gamma])
+      n, t, beta = speculative_step(p, q, x, r, keys[:, gamma + 1])
 
     # Commit x_1..x_n, t: the chunk's slots past n hold t too and are never read.
     positions = jnp.arange(gamma + 1)
@@ -339,7 +408,8 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
         drafted=s.stats.drafted + gamma * active,
         accepted=s.stats.accepted + n * active,
         beta_sum=s.stats.beta_sum + jnp.sum(jnp.where(on_path, beta, 0.0), axis=1) * active,
-        beta_count=s.stats.beta_count + jnp.minimum(n + 1, gamma) * active)
+        beta_count=s.stats.beta_count + jnp.minimum(n + 1, gamma) * active,
+        rejected=s.stats.rejected + ((n < gamma) & active).astype(jnp.int32))
     return _SpeculativeState(
         target_state=target.rewind(target_state, keep(target_start + n + 1, target_start)),
         draft_state=draft.rewind(
@@ -393,7 +463,10 @@ def _autoregressive_jit(target, inputs, rng, *, max_new_tokens, sampling, eos_id
     start = target.lengths(s.target_state)
     logits, target_state = target.extend(s.target_state, s.last[:, None])
     keys = _iteration_keys(s.row_keys, s.iterations, 1)[:, 0]
-    t = _sample_rows(keys, probabilities(logits[:, 0], sampling))
+    if sampling.greedy:
+      t = greedy_tokens(logits[:, 0])
+    else:
+      t = _sample_rows(keys, probabilities(logits[:, 0], sampling))
     hit_eos = jnp.zeros_like(active) if eos_id is None else t == eos_id
     num_generated = s.num_generated + active
     tokens = _write_rows(s.tokens, t[:, None], jnp.minimum(s.num_generated,

@@ -365,6 +365,22 @@ def test_tokens_per_iteration_match_equation_1_for_constant_models(gamma):
   mean, std = float(pk @ k), float(np.sqrt(pk @ k**2 - (pk @ k) ** 2))
   np.testing.assert_allclose(mean, specdec.theory.expected_tokens(alpha, gamma))
   assert abs(measured - mean) < 4 * std / np.sqrt(iterations)
+  # Every iteration either rejected once or accepted all gamma drafts, the latter
+  # with probability alpha^gamma: a binomial count, within 4 SE.
+  full = int(out.stats.iterations.sum() - out.stats.rejected.sum())
+  assert 0 <= full <= iterations
+  assert int(out.stats.accepted.sum()) >= gamma * full
+  p_full = alpha ** gamma
+  assert abs(full - iterations * p_full) < 4 * np.sqrt(iterations * p_full * (1 - p_full))
+  # The accept-count estimate: each test is a Bernoulli(alpha) trial; within 4 SE.
+  accepted, trials = int(out.stats.accepted.sum()), int(
+      (out.stats.accepted + out.stats.rejected).sum())
+  pooled = accepted / trials
+  assert abs(pooled - alpha) < 4 * np.sqrt(alpha * (1 - alpha) / trials)
+  np.testing.assert_allclose(
+      np.asarray(out.stats.alpha_from_accepts),
+      np.asarray(out.stats.accepted / np.maximum(out.stats.accepted + out.stats.rejected,
+                                                 1)), rtol=1e-6)
 
 
 def test_nan_and_infinite_logits_never_give_nan():
