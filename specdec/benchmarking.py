@@ -13,6 +13,7 @@ same inputs in one run.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec import sample, theory
-from specdec.distributions import SamplingConfig
+from specdec.distributions import SamplingConfig, probabilities
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
@@ -38,25 +39,46 @@ def median_seconds(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> floa
   return float(np.median(times))
 
 
-@jax.jit
-def _extend_logits(model, state, tokens):
-  return model.extend(state, tokens)[0]
+@functools.partial(jax.jit, static_argnames=("steps",))
+def _extend_repeated(model, state, tokens, steps):
+  """`steps` calls of model.extend(state, tokens) in one compiled scan, each rewound
+  to the start, each consuming all of its logits (so none of the work is dropped)."""
+  start = model.lengths(state)
+
+  def body(carry, _):
+    state, acc = carry
+    logits, state = model.extend(state, tokens)
+    return (model.rewind(state, start), acc + jnp.max(logits)), None
+
+  (_, acc), _ = jax.lax.scan(body, (state, jnp.zeros((), jnp.float32)), None,
+                             length=steps)
+  return acc
+
+
+def extend_seconds(model, state, tokens: jax.Array, repeats: int = 5,
+                   steps: int = 16) -> float:
+  """Seconds of one `extend(state, tokens)` as the decode loops see it: the median
+  over `repeats` of `steps` calls inside one compiled scan, divided by `steps`, so
+  that no per-call dispatch from Python is counted (the samplers make none)."""
+  return median_seconds(lambda: _extend_repeated(model, state, tokens, steps),
+                        repeats) / steps
 
 
 def step_costs(target, draft, inputs: jax.Array, gamma: int, max_length: int,
-               repeats: int = 20) -> dict[str, float]:
+               repeats: int = 5, steps: int = 16) -> dict[str, float]:
   """t_p1, t_p(gamma+1) and t_q in seconds, and c, v, for these models and inputs.
 
-  Each is one compiled `extend` call on a cache primed by `init` (the encoder's cost
-  is excluded: it runs once per input either way).
+  Each is one `extend` on a cache primed by `init` (the encoder's cost is excluded:
+  it runs once per input either way), timed inside a compiled loop
+  (`extend_seconds`).
   """
   start = target.start_tokens(inputs)[:, None]
   target_state = target.init(inputs, max_length)
   draft_state = draft.init(inputs, max_length)
   chunk = jnp.tile(start, (1, gamma + 1))
-  t_p1 = median_seconds(lambda: _extend_logits(target, target_state, start), repeats)
-  t_pk = median_seconds(lambda: _extend_logits(target, target_state, chunk), repeats)
-  t_q = median_seconds(lambda: _extend_logits(draft, draft_state, start), repeats)
+  t_p1 = extend_seconds(target, target_state, start, repeats, steps)
+  t_pk = extend_seconds(target, target_state, chunk, repeats, steps)
+  t_q = extend_seconds(draft, draft_state, start, repeats, steps)
   return dict(t_p1=t_p1, t_p_gamma1=t_pk, t_q=t_q, c=t_q / t_p1, v=t_pk / t_p1)
 
 
@@ -108,3 +130,86 @@ def autoregressive_decoder(target, max_new_tokens: int, sampling: SamplingConfig
     return sample.autoregressive_sample(target, x, key, max_new_tokens=max_new_tokens,
                                         sampling=sampling, eos_id=eos_id)
   return decode
+
+
+# ------------------------------------------------------------------------------
+# Length buckets: a few static input shapes, so a run over a whole test set
+# compiles a handful of times, not once per input length.
+# ------------------------------------------------------------------------------
+def bucket_lengths(max_length: int, smallest: int = 16) -> tuple[int, ...]:
+  """Powers of two from `smallest` below `max_length`, then `max_length` itself."""
+  if max_length < 2:
+    raise ValueError(f"max_length must be >= 2, got {max_length}")
+  out, n = [], smallest
+  while n < max_length:
+    out.append(n)
+    n *= 2
+  return tuple(out) + (max_length,)
+
+
+def pad_to_bucket(ids: Any, buckets: tuple[int, ...]) -> np.ndarray:
+  """int32[1, L]: `ids` (EOS included) padded with 0 to the smallest bucket L that
+  holds them; ids longer than the largest bucket raise ValueError."""
+  ids = np.asarray(ids, np.int32).reshape(-1)
+  for length in buckets:
+    if ids.size <= length:
+      out = np.zeros((1, length), np.int32)
+      out[0, :ids.size] = ids
+      return out
+  raise ValueError(f"ids: {ids.size} tokens exceed the largest bucket {buckets[-1]}")
+
+
+def compile_count() -> int:
+  """Entries in the jit caches of the samplers and of this module's functions: the
+  difference over a run is the number of compilations it caused."""
+  fns = (sample._speculative_jit, sample._autoregressive_jit, _extend_repeated,
+         _teacher_forced_betas)
+  return int(sum(f._cache_size() for f in fns))
+
+
+# ------------------------------------------------------------------------------
+# alpha the paper's way: E[beta] along the target's own outputs (Section 3.1).
+# ------------------------------------------------------------------------------
+def _betas(target, draft, inputs, tokens, sampling):
+  start = target.start_tokens(inputs)[:, None]
+  chunk = jnp.concatenate([start, tokens[:, :-1]], axis=1)
+  length = tokens.shape[1]
+  p_logits, _ = target.extend(target.init(inputs, length), chunk)
+  q_logits, _ = draft.extend(draft.init(inputs, length), chunk)
+  p = probabilities(p_logits, sampling)
+  q = probabilities(q_logits, sampling)
+  return jnp.sum(jnp.minimum(p, q), axis=-1)
+
+
+_teacher_forced_betas = jax.jit(_betas, static_argnames=("sampling",))
+
+
+def teacher_forced_betas(target, draft, inputs: jax.Array, tokens: jax.Array,
+                         lengths: jax.Array, sampling: SamplingConfig) -> list[np.ndarray]:
+  """beta = sum_x min(p(x), q(x)) at every position of the given outputs.
+
+  `tokens` [B, T] are outputs of the target (its baseline decode), `lengths` [B] how
+  many of them each row has; p and q are both models' distributions (after
+  `sampling`'s adjustments, Section 2.3) given the prefix of those outputs, all T
+  positions in one `extend` call per model. Returns one float array per row, of its
+  length: the per-token betas whose mean over a corpus is the paper's alpha.
+  """
+  betas = np.asarray(_teacher_forced_betas(target, draft, inputs, tokens,
+                                           sampling=sampling))
+  lengths = np.asarray(lengths)
+  return [betas[b, :lengths[b]] for b in range(betas.shape[0])]
+
+
+# ------------------------------------------------------------------------------
+# Arithmetic operations per decoded token (Theorem 3.11's c-hat).
+# ------------------------------------------------------------------------------
+def decode_ops_per_token(cfg) -> int:
+  """Multiply-adds of one decoder step of a T5 config (the encoder runs once per
+  input and is left out): per layer the self-attention's q, k, v, o projections,
+  the cross-attention's q and o (its k, v are computed once from the encoder), the
+  MLP; then the logits layer. Attention over the cache is not counted (it is small
+  next to the projections at the paper's lengths)."""
+  inner = cfg.num_heads * cfg.head_dim
+  per_layer = (4 * cfg.emb_dim * inner + 2 * cfg.emb_dim * inner
+               + (len(cfg.mlp_activations) + 1) * cfg.emb_dim * cfg.mlp_dim)
+  return int(cfg.num_decoder_layers * per_layer + cfg.emb_dim * cfg.vocab_size)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
 import json
 import os
 import pathlib
@@ -28,6 +29,8 @@ VOCAB_FILE = DATA_DIR / 't5_spm' / 'spiece.model'
 WMT14_EN_FILE = DATA_DIR / 'wmt14_ende' / 'newstest2014.en'
 WMT14_DE_FILE = DATA_DIR / 'wmt14_ende' / 'newstest2014.de'
 CNNDM_FILE = DATA_DIR / 'cnndm' / 'cnndm_test_frank250.jsonl'
+# The German side of Multi30k train, for n-gram drafts (paper Table 3).
+MULTI30K_TRAIN_DE_FILE = DATA_DIR / 'multi30k' / 'train.de.gz'
 
 # T5's vocabulary: 32,000 pieces (pad 0, EOS 1, UNK 2) and 100 sentinel ids on top.
 EXTRA_IDS = 100
@@ -55,12 +58,17 @@ def _existing_file(path: str | os.PathLike, name: str) -> pathlib.Path:
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
-  """The lines of a UTF-8 text file, one example a line, without their newlines.
+  """The lines of a UTF-8 text file (gzip if it ends in .gz), without their newlines.
 
   Splits on '\\n' only: `str.splitlines` would also split inside a sentence at
   Unicode separators (U+2028, U+0085, ...), which real text contains.
   """
-  text = _existing_file(path, 'path').read_text(encoding='utf-8')
+  path = _existing_file(path, 'path')
+  if path.suffix == '.gz':
+    with gzip.open(path, 'rt', encoding='utf-8', newline='') as f:
+      text = f.read()
+  else:
+    text = path.read_text(encoding='utf-8')
   lines = text.split('\n')
   if lines and lines[-1] == '':
     lines.pop()
