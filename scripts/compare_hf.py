@@ -1,0 +1,427 @@
+"""specdec against a peer implementation: Hugging Face transformers' assisted generation.
+
+    python scripts/compare_hf.py [--hf_gamma=3] [--hf_sentences=16] [--hf_repeats=3]
+
+Speculative decoding (Leviathan, Kalman & Matias, "Fast Inference from Transformers
+via Speculative Decoding", ICML 2023) is implemented by `specdec` (JAX, Algorithm 1
+compiled into one `lax.while_loop`) and by transformers (PyTorch, "assisted
+generation", whose greedy case accepts the draft's tokens up to the first one the
+target's argmax disagrees with: Algorithm 1 at temperature 0). This script exports
+the shipped pair (`specdec.pretrained`) to transformers' `T5ForConditionalGeneration`
+with `specdec.checkpoints.save_hf` and decodes the same Multi30k test_2016 prompts,
+greedily, at batch 1, in float32, on the same CPU, with:
+
+  * hf_baseline: `target.generate(..., do_sample=False, num_beams=1)`;
+  * hf_assisted: `target.generate(..., assistant_model=draft)` with the draft's
+    `num_assistant_tokens = gamma`, schedule "constant" and
+    `assistant_confidence_threshold = 0` (exactly gamma drafts per iteration, as in
+    Algorithm 1); hf_assisted_heuristic: the same with transformers' "heuristic"
+    schedule (+2 drafts after a fully accepted iteration, -1 otherwise), restarted at
+    gamma on every call; hf_assisted_defaults: whatever the installed transformers
+    does when nothing is set (recorded in the output);
+  * specdec_baseline: `specdec.autoregressive_sample` (greedy, eos_id=1);
+  * specdec_speculative: `specdec.speculative_sample` with the same gamma.
+
+For each: ms per generated token (EOS included), the median over --hf_repeats timed
+runs of each prompt after one untimed run (warm-up and, for JAX, compilation), summed
+over prompts; its speed-up over its own implementation's baseline; target and draft
+forward calls; and whether its tokens equal the specdec baseline's on every prompt
+(they should: both decode greedily from start token 0 with the same weights). Then
+the specdec / transformers ratios: baseline ms/token, speculative / assisted
+ms/token, and speed-up over speed-up. torch runs under `torch.inference_mode()` with
+`torch.set_num_threads(os.cpu_count())`, the cores XLA's CPU backend uses. Writes
+`compare_hf.json` and `compare_hf.md` under --hf_out_dir and prints the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import tempfile
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import transformers
+from absl import app, flags, logging
+
+from specdec import benchmarking, checkpoints, data, pretrained
+from specdec.distributions import SamplingConfig
+from specdec.sample import autoregressive_sample, speculative_sample
+
+_PAIR = flags.DEFINE_string("hf_pair", "multi30k_ende", "A shipped pair.")
+_SENTENCES = flags.DEFINE_integer("hf_sentences", 16, "Multi30k test_2016 prompts.")
+_GAMMA = flags.DEFINE_integer("hf_gamma", 3, "Draft tokens per iteration (both).")
+_MAX_NEW = flags.DEFINE_integer("hf_max_new_tokens", 48, "Tokens generated at most.")
+_INPUT_LEN = flags.DEFINE_integer("hf_input_length", 48, "Encoder length (specdec pads).")
+_REPEATS = flags.DEFINE_integer("hf_repeats", 3, "Timed runs per prompt (median).")
+_OUT = flags.DEFINE_string("hf_out_dir", "out/compare_hf", "Where the outputs go.")
+_PROGRESS = flags.DEFINE_bool("hf_progress", True, "Show a progress bar.")
+
+GREEDY = SamplingConfig(temperature=0.0)
+HF_BASELINE = "hf_baseline"
+SPECDEC_BASELINE = "specdec_baseline"
+SPECDEC_SPECULATIVE = "specdec_speculative"
+REFERENCE = SPECDEC_BASELINE
+# The draft's generation-config fields that steer assisted generation.
+ASSISTANT_FIELDS = ("num_assistant_tokens", "num_assistant_tokens_schedule",
+                    "assistant_confidence_threshold")
+
+
+def hf_assisted_variants(gamma: int) -> dict[str, dict[str, Any]]:
+  """{system name: the draft generation-config fields it sets} ({}: library defaults)."""
+  fixed = dict(num_assistant_tokens=gamma, assistant_confidence_threshold=0.0)
+  return {"hf_assisted": dict(fixed, num_assistant_tokens_schedule="constant"),
+          "hf_assisted_heuristic": dict(fixed, num_assistant_tokens_schedule="heuristic"),
+          "hf_assisted_defaults": {}}
+
+
+def system_names(gamma: int = 1) -> list[str]:
+  """Every system `run_comparison` measures, in table order."""
+  return [HF_BASELINE, *hf_assisted_variants(gamma), SPECDEC_BASELINE,
+          SPECDEC_SPECULATIVE]
+
+
+# ------------------------------------------------------------------------------
+# The same weights in transformers.
+# ------------------------------------------------------------------------------
+def load_hf(directory: str | os.PathLike, model) -> Any:
+  """`T5ForConditionalGeneration` from a `save_hf` directory, float32, eval mode,
+  checked to hold exactly `model`'s exported weights."""
+  verbosity = transformers.logging.get_verbosity()
+  # v1.1 checkpoints store lm_head apart from the shared embedding; transformers 5
+  # warns that it will not tie them, which is what they need.
+  transformers.logging.set_verbosity_error()
+  transformers.logging.disable_progress_bar()
+  try:
+    hf = transformers.T5ForConditionalGeneration.from_pretrained(os.fspath(directory))
+  finally:
+    transformers.logging.set_verbosity(verbosity)
+    transformers.logging.enable_progress_bar()
+  hf = hf.to(torch.float32).eval()
+  state = hf.state_dict()
+  for name, array in checkpoints.export_hf(model.params, model.config).items():
+    if name not in state or not np.array_equal(state[name].numpy(),
+                                               np.asarray(array, np.float32)):
+      raise ValueError(f"{directory}: transformers loaded {name!r} differently from the "
+                       "exported weights")
+  if (not model.config.logits_via_embedding
+      and hf.lm_head.weight.data_ptr() == hf.shared.weight.data_ptr()):
+    raise ValueError(f"{directory}: transformers tied lm_head to the embedding")
+  return hf
+
+
+def export_pair(target, draft, directory: str | os.PathLike) -> tuple[Any, Any]:
+  """Writes both `T5`s in transformers' format under `directory`/{target,draft} and
+  loads them back: (hf_target, hf_draft)."""
+  out = []
+  for name, model in (("target", target), ("draft", draft)):
+    path = os.path.join(os.fspath(directory), name)
+    checkpoints.save_hf(path, model.params, model.config)
+    out.append(load_hf(path, model))
+  return out[0], out[1]
+
+
+# ------------------------------------------------------------------------------
+# Decoding.
+# ------------------------------------------------------------------------------
+def hf_tokens(sequences: torch.Tensor, eos_id: int = data.EOS_ID) -> list[int]:
+  """Generated ids of a [1, 1 + n] `generate` output: the decoder start token dropped,
+  cut after the first EOS (anything later is padding)."""
+  ids = sequences[0, 1:].tolist()
+  return ids[:ids.index(eos_id) + 1] if eos_id in ids else ids
+
+
+def specdec_tokens(out) -> list[int]:
+  return np.asarray(out.tokens[0, :int(out.lengths[0])]).tolist()
+
+
+def _unpadded(x: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+  """The prompt's ids without specdec's trailing padding, and an all-ones mask."""
+  ids = np.asarray(x).reshape(-1)
+  ids = ids[:int(np.max(np.nonzero(ids)[0], initial=-1)) + 1]
+  tensor = torch.from_numpy(ids.astype(np.int64))[None]
+  return tensor, torch.ones_like(tensor)
+
+
+@contextlib.contextmanager
+def _count_forwards(*modules):
+  """Counts the forward calls of each module while the context is open."""
+  counts = [0] * len(modules)
+  handles = [m.register_forward_pre_hook(
+      lambda *_, i=i: counts.__setitem__(i, counts[i] + 1)) for i, m in enumerate(modules)]
+  try:
+    yield counts
+  finally:
+    for h in handles:
+      h.remove()
+
+
+def _effective_assistant_settings(generation_config) -> dict[str, Any]:
+  """The assisted-generation fields as transformers will resolve them."""
+  defaults = {}
+  if hasattr(generation_config, "_get_default_generation_params"):
+    defaults = generation_config._get_default_generation_params()  # transformers >= 5.
+  out = {}
+  for name in ASSISTANT_FIELDS:
+    value = getattr(generation_config, name, None)
+    out[name] = defaults.get(name) if value is None else value
+  return out
+
+
+def _hf_systems(hf_target, hf_draft, max_new_tokens: int, gamma: int):
+  """{name: (decode(ids, mask) -> sequences, settings)} of the transformers systems."""
+  common = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
+
+  def baseline(ids, mask):
+    with torch.inference_mode():
+      return hf_target.generate(input_ids=ids, attention_mask=mask, **common)
+
+  systems = {HF_BASELINE: (baseline, dict(common))}
+  original = {k: getattr(hf_draft.generation_config, k, None) for k in ASSISTANT_FIELDS}
+  for name, overrides in hf_assisted_variants(gamma).items():
+    values = dict(original, **overrides)
+
+    def assisted(ids, mask, values=values):
+      # Set on every call: the "heuristic" schedule writes its last draft length back
+      # into the draft's generation config, and the next call would start from there.
+      for k, v in values.items():
+        setattr(hf_draft.generation_config, k, v)
+      with torch.inference_mode():
+        return hf_target.generate(input_ids=ids, attention_mask=mask,
+                                  assistant_model=hf_draft, **common)
+
+    for k, v in values.items():
+      setattr(hf_draft.generation_config, k, v)
+    settings = dict(common, assistant_model="draft", set_on_draft=overrides,
+                    effective=_effective_assistant_settings(hf_draft.generation_config))
+    systems[name] = (assisted, settings)
+  for k, v in original.items():
+    setattr(hf_draft.generation_config, k, v)
+  return systems
+
+
+def _specdec_systems(target, draft, max_new_tokens: int, gamma: int):
+  key = jax.random.key(0)
+  common = dict(max_new_tokens=max_new_tokens, temperature=0.0, eos_id=data.EOS_ID)
+
+  def baseline(x):
+    return autoregressive_sample(target, x, key, max_new_tokens=max_new_tokens,
+                                 sampling=GREEDY, eos_id=data.EOS_ID)
+
+  def speculative(x):
+    return speculative_sample(target, draft, x, key, gamma=gamma,
+                              max_new_tokens=max_new_tokens, sampling=GREEDY,
+                              eos_id=data.EOS_ID)
+
+  return {SPECDEC_BASELINE: (baseline, dict(common)),
+          SPECDEC_SPECULATIVE: (speculative, dict(common, gamma=gamma))}
+
+
+def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
+  for i, (x, y) in enumerate(zip(a, b)):
+    if x != y:
+      return i
+  return min(len(a), len(b))
+
+
+def environment(threads: int) -> dict[str, Any]:
+  """Versions, threads and devices of both implementations."""
+  return dict(transformers=transformers.__version__, torch=torch.__version__,
+              jax=jax.__version__, python=platform.python_version(),
+              machine=platform.machine(), cpu_count=os.cpu_count(),
+              torch_threads=torch.get_num_threads(),
+              torch_interop_threads=torch.get_num_interop_threads(),
+              torch_set_num_threads=threads, torch_mode="inference_mode",
+              jax_backend=jax.default_backend(),
+              jax_devices=[str(d) for d in jax.devices()],
+              dtype="float32")
+
+
+def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
+                   gamma: int, max_new_tokens: int, repeats: int,
+                   threads: int | None = None, progress: bool = False) -> dict[str, Any]:
+  """Decodes every prompt with every system and measures them (see the module doc).
+
+  Args:
+    target, draft: specdec `T5`s; hf_target, hf_draft: the same weights in
+      transformers (`export_pair`).
+    prompts: encoder ids, each [S] or [1, S], padded with 0 at the end (specdec gets
+      them as they are, transformers without the padding).
+    gamma: draft tokens per iteration of specdec and of hf_assisted(_heuristic).
+    max_new_tokens: generated tokens at most, EOS included.
+    repeats: timed runs per prompt and system (median), after one untimed run.
+    threads: `torch.set_num_threads`; None: os.cpu_count().
+
+  Returns:
+    {"settings", "systems": {name: measurements}, "ratios": [specdec / transformers
+    per transformers assisted system], "agreement", "reference_tokens"}.
+  """
+  threads = threads or os.cpu_count() or 1
+  torch.set_num_threads(threads)
+  hf = _hf_systems(hf_target, hf_draft, max_new_tokens, gamma)
+  sd = _specdec_systems(target, draft, max_new_tokens, gamma)
+  names = list(hf) + list(sd)
+  results = {n: dict(prompt_seconds=[], prompt_tokens=[], target_calls=0,
+                     draft_calls=0) for n in names}
+  outputs: dict[str, list[list[int]]] = {n: [] for n in names}
+  bar = None
+  if progress:
+    from tqdm import tqdm  # Only for the command line.
+    bar = tqdm(total=len(prompts) * len(names), desc="decoding", unit="decode")
+  # Prompt by prompt, every system in turn: drifts of the machine hit all alike.
+  for x in prompts:
+    x = np.asarray(x, np.int32).reshape(1, -1)
+    ids, mask = _unpadded(x)
+    for name, (decode, _) in hf.items():
+      with _count_forwards(hf_target, hf_draft) as calls:
+        tokens = hf_tokens(decode(ids, mask))
+      seconds = benchmarking.median_seconds(lambda: decode(ids, mask), repeats, warmup=0)
+      r = results[name]
+      r["target_calls"] += calls[0]
+      r["draft_calls"] += calls[1]
+      r["prompt_seconds"].append(seconds)
+      r["prompt_tokens"].append(len(tokens))
+      outputs[name].append(tokens)
+      bar and bar.update(1)
+    xj = jnp.asarray(x)
+    for name, (decode, _) in sd.items():
+      out = jax.block_until_ready(decode(xj))
+      seconds = benchmarking.median_seconds(lambda: decode(xj).tokens, repeats, warmup=0)
+      tokens = specdec_tokens(out)
+      r = results[name]
+      r["target_calls"] += int(np.sum(out.stats.iterations))
+      r["draft_calls"] += int(np.sum(getattr(out.stats, "drafted", 0)))
+      r["prompt_seconds"].append(seconds)
+      r["prompt_tokens"].append(len(tokens))
+      outputs[name].append(tokens)
+      bar and bar.update(1)
+  if bar is not None:
+    bar.close()
+
+  reference = outputs[REFERENCE]
+  disagreements = []
+  for name in names:
+    r = results[name]
+    r["implementation"] = "transformers" if name in hf else "specdec"
+    r["settings"] = (hf if name in hf else sd)[name][1]
+    r["seconds"] = float(sum(r["prompt_seconds"]))
+    r["tokens"] = int(sum(r["prompt_tokens"]))
+    r["ms_per_token"] = r["seconds"] * 1e3 / max(r["tokens"], 1)
+    r["tokens_per_target_call"] = r["tokens"] / max(r["target_calls"], 1)
+    r["identical_to_reference"] = sum(o == ref for o, ref in zip(outputs[name], reference))
+    for i, (o, ref) in enumerate(zip(outputs[name], reference)):
+      if o != ref:
+        disagreements.append(dict(system=name, prompt=i,
+                                  first_difference=_first_difference(o, ref),
+                                  tokens=o, reference=ref))
+  for name in names:
+    base = HF_BASELINE if name in hf else SPECDEC_BASELINE
+    results[name]["baseline"] = base
+    results[name]["speedup"] = (results[base]["ms_per_token"]
+                                / results[name]["ms_per_token"])
+  spec = results[SPECDEC_SPECULATIVE]
+  ratios = [dict(hf_system=name,
+                 baseline_ms_per_token=(results[SPECDEC_BASELINE]["ms_per_token"]
+                                        / results[HF_BASELINE]["ms_per_token"]),
+                 speculative_ms_per_token=(spec["ms_per_token"]
+                                           / results[name]["ms_per_token"]),
+                 speedup=spec["speedup"] / results[name]["speedup"])
+            for name in hf if name != HF_BASELINE]
+  settings = dict(environment(threads), gamma=gamma, max_new_tokens=max_new_tokens,
+                  repeats=repeats, warmup_runs=1, prompts=len(prompts), batch=1,
+                  input_length=int(np.asarray(prompts[0]).size) if prompts else 0,
+                  decoding="greedy", eos_id=data.EOS_ID,
+                  decoder_start_token_id=int(hf_target.generation_config
+                                             .decoder_start_token_id),
+                  hf_attn_implementation=getattr(hf_target.config, "_attn_implementation",
+                                                 None),
+                  reference=REFERENCE)
+  agreement = dict(reference=REFERENCE, prompts=len(prompts),
+                   identical={n: results[n]["identical_to_reference"] for n in names},
+                   all_agree=not disagreements, disagreements=disagreements)
+  return dict(settings=settings, systems=results, ratios=ratios, agreement=agreement,
+              reference_tokens=reference)
+
+
+# ------------------------------------------------------------------------------
+# Reporting.
+# ------------------------------------------------------------------------------
+def _describe(name: str, r: dict[str, Any]) -> str:
+  s = r["settings"]
+  if name == SPECDEC_SPECULATIVE:
+    return f"gamma {s['gamma']}"
+  if "effective" in s:
+    e = s["effective"]
+    start = "from " if e["num_assistant_tokens_schedule"] != "constant" else ""
+    return (f"{start}{e['num_assistant_tokens']} drafts, "
+            f"{e['num_assistant_tokens_schedule']}, confidence threshold "
+            f"{e['assistant_confidence_threshold']:g}")
+  return "greedy"
+
+
+def markdown(result: dict[str, Any]) -> str:
+  """The systems table, the specdec / transformers ratios and the settings."""
+  s, agree = result["settings"], result["agreement"]
+  header = ("system", "settings", "tokens", "ms/token", "speed-up (own baseline)",
+            "target calls", "tokens/target call", "draft calls",
+            f"identical to {agree['reference']}")
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for name, r in result["systems"].items():
+    lines.append("| " + " | ".join([
+        name, _describe(name, r), str(r["tokens"]), f"{r['ms_per_token']:.3f}",
+        f"{r['speedup']:.2f}x", str(r["target_calls"]),
+        f"{r['tokens_per_target_call']:.2f}", str(r["draft_calls"]),
+        f"{r['identical_to_reference']}/{agree['prompts']}"]) + " |")
+  lines += ["", "| specdec / transformers | baseline ms/token | speculative ms/token | "
+            "speed-up |", "|---|---|---|---|"]
+  for q in result["ratios"]:
+    lines.append(f"| {SPECDEC_SPECULATIVE} vs {q['hf_system']} | "
+                 f"{q['baseline_ms_per_token']:.3f} | {q['speculative_ms_per_token']:.3f} "
+                 f"| {q['speedup']:.3f} |")
+  lines += ["", f"Greedy, batch 1, float32, {s['prompts']} prompts (encoder length "
+            f"{s['input_length']}), max_new_tokens {s['max_new_tokens']}, median of "
+            f"{s['repeats']} timed runs per prompt after {s['warmup_runs']} untimed; "
+            f"transformers {s['transformers']} (attention {s['hf_attn_implementation']}), "
+            f"torch {s['torch']} ({s['torch_threads']} threads, inference_mode), jax "
+            f"{s['jax']} ({s['jax_backend']}), {s['cpu_count']} CPUs. Ratios < 1: "
+            "specdec is faster (ms/token) or gains less (speed-up).",
+            f"All systems give the same tokens on every prompt: "
+            f"{'yes' if agree['all_agree'] else 'NO'}."]
+  return "\n".join(lines)
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  with jax.default_device(jax.local_devices(backend="cpu")[0]):
+    target, draft, vocab = pretrained.load_pair(_PAIR.value)
+    sentences = pretrained.test_sentences(_PAIR.value)[:_SENTENCES.value]
+    prompts = [vocab.encode_padded(data.TRANSLATE_PREFIX + en, _INPUT_LEN.value)
+               for en, _ in sentences]
+    with tempfile.TemporaryDirectory() as tmp:
+      hf_target, hf_draft = export_pair(target, draft, tmp)
+      result = run_comparison(target, draft, hf_target, hf_draft, prompts,
+                              _GAMMA.value, _MAX_NEW.value, _REPEATS.value,
+                              progress=_PROGRESS.value)
+  result["settings"]["pair"] = _PAIR.value
+  result["examples"] = [dict(source=en, reference=de, output=vocab.decode(ids))
+                        for (en, de), ids in zip(sentences[:3],
+                                                 result["reference_tokens"])]
+  table = markdown(result)
+  os.makedirs(_OUT.value, exist_ok=True)
+  with open(os.path.join(_OUT.value, "compare_hf.json"), "w") as f:
+    json.dump(result, f, indent=2)
+  with open(os.path.join(_OUT.value, "compare_hf.md"), "w") as f:
+    f.write(f"# specdec vs transformers {transformers.__version__}: {_PAIR.value}\n\n"
+            + table + "\n")
+  print(f"\nspecdec vs transformers assisted generation, {_PAIR.value}\n")
+  print(table)
+
+
+if __name__ == "__main__":
+  app.run(main)
