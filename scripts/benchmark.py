@@ -138,7 +138,7 @@ def load_models(target_config, draft_config, target_checkpoint, draft_checkpoint
     return (t5.T5(tcfg, jax.device_put(tparams)), t5.T5(dcfg, jax.device_put(dparams)),
             tcfg, dcfg, names)
   target, draft, _ = pretrained.load_pair(pair)
-  return target, draft, target.cfg, draft.cfg, (f"{pair}/target", f"{pair}/draft")
+  return target, draft, target.config, draft.config, (f"{pair}/target", f"{pair}/draft")
 
 
 def load_task(task: str, pair: str) -> list[dict[str, str]]:

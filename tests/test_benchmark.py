@@ -133,3 +133,17 @@ def test_table3_and_table4_from_fixed_json():
   assert lines[2] == ("| wmt | draft | 0 | 2 | 0.50 | 0.100 | 1.20 | 1.50x | 1.40x | "
                       "1.10x | 1.36 |")
   assert len(lines) == 2 + 4  # one row per (task, temperature, draft)
+
+
+def test_benchmark_default_pair_runs(tmp_path):
+  """The default path: the shipped pair and task, cut to a minimum."""
+  cmd = [sys.executable, os.path.join(ROOT, "scripts", "benchmark.py"),
+         "--drafts=draft,bigram", "--examples=1", "--alpha_examples=2", "--alpha_batch=2",
+         "--gammas=1", "--temperatures=0", "--repeats=1", "--max_new_tokens=4",
+         f"--out_dir={tmp_path}", "--progress=false", "--plots=false"]
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(tmp_path / "benchmark.json") as f:
+    result = json.load(f)
+  assert result["config"]["target"]["name"] == "multi30k_ende/target"
+  assert [r["identical_to_baseline"] for r in result["rows"]] == [True, True]
