@@ -403,6 +403,96 @@ def run_benchmark(*, task: str, target, target_cfg, drafts: dict[str, Any],
 
 
 # ------------------------------------------------------------------------------
+# --shapes_only: the paper's own pairs' shapes, random weights.
+# ------------------------------------------------------------------------------
+# Table 2 rows known for certain (WMT EnDe, T5-XXL target, T5-small draft):
+# (task, temperature, gamma, alpha, the paper's speed-up).
+PAPER_TABLE2 = (("wmt_ende", 0.0, 7, 0.75, 3.4), ("wmt_ende", 1.0, 7, 0.62, 2.6))
+
+
+def _agreeing(model):
+  """The same shapes with the decoder's final norm zeroed: all-zero logits, so the
+  greedy token is 0 for target and draft alike and every draft is accepted."""
+  params = jax.tree_util.tree_map(lambda x: x, model.params)
+  params["decoder"]["decoder_norm"]["scale"] = jnp.zeros_like(
+      params["decoder"]["decoder_norm"]["scale"])
+  return t5.T5(model.config, params)
+
+
+def shapes_only(target_name: str, draft_name: str, gammas: Sequence[int],
+                max_new_tokens: int, repeats: int, seed: int,
+                input_length: int = 32) -> dict[str, Any]:
+  """With static shapes an iteration costs the same whatever is accepted, so timing
+  random-weight shapes gives speed-up(alpha) = E[tokens](alpha, gamma) x
+  t_baseline_token / t_iteration for any alpha (Section 3; Table 2's alphas)."""
+  from specdec.sample import speculative_sample  # pylint: disable=g-import-not-at-top
+  tcfg, dcfg = _config(target_name), _config(draft_name)
+  target = t5.T5(tcfg, jax.device_put(t5.random_params(tcfg, seed=seed + 1)))
+  draft = t5.T5(dcfg, jax.device_put(t5.random_params(dcfg, seed=seed + 2)))
+  x = jnp.asarray(np.random.default_rng(seed).integers(
+      2, 32000, size=(1, input_length)), jnp.int32)
+  greedy = SamplingConfig(temperature=0.0)
+  key = jax.random.key(seed)
+
+  def base():
+    return autoregressive_sample(target, x, key, max_new_tokens=max_new_tokens,
+                                 sampling=greedy, eos_id=None).tokens
+  t_base = benchmarking.median_seconds(base, repeats) / max_new_tokens
+  rows = []
+  for gamma in gammas:
+    runs = {}
+    for label, (tm, dm) in (("random", (target, draft)),
+                            ("agreeing", (_agreeing(target), _agreeing(draft)))):
+      def spec(tm=tm, dm=dm):
+        return speculative_sample(tm, dm, x, key, gamma=gamma,
+                                  max_new_tokens=max_new_tokens, sampling=greedy,
+                                  eos_id=None)
+      out = jax.block_until_ready(spec())
+      seconds = benchmarking.median_seconds(lambda: spec().tokens, repeats)
+      iterations = int(out.stats.iterations[0])
+      runs[label] = dict(t_iteration=seconds / iterations, iterations=iterations,
+                         accepted=int(out.stats.accepted[0]),
+                         drafted=int(out.stats.drafted[0]))
+    t_iter = runs["random"]["t_iteration"]
+    costs = benchmarking.step_costs(target, draft, x, gamma, max_new_tokens + gamma + 1,
+                                    repeats=max(3, repeats))
+    paper = [dict(task=task, temperature=temp, alpha=alpha, paper_speedup=paper_speedup,
+                  speedup=float(theory.expected_tokens(alpha, gamma)) * t_base / t_iter,
+                  predicted_paper=benchmarking.predicted_speedup(alpha, gamma, costs["c"]),
+                  predicted=benchmarking.predicted_speedup(alpha, gamma, costs["c"],
+                                                           costs["v"]))
+             for task, temp, g, alpha, paper_speedup in PAPER_TABLE2 if g == gamma]
+    rows.append(dict(gamma=gamma, t_baseline_token=t_base, runs=runs,
+                     premise_ratio=runs["agreeing"]["t_iteration"] / t_iter, **costs,
+                     table2=paper))
+  device = jax.devices()[0]
+  return dict(target=target_name, draft=draft_name, dtype=str(np.dtype(tcfg.dtype)),
+              device=device.device_kind, platform=device.platform,
+              jax_version=jax.__version__, max_new_tokens=max_new_tokens, rows=rows)
+
+
+def shapes_markdown(result: dict[str, Any]) -> str:
+  lines = [f"Shapes {result['target']} / {result['draft']}, {result['dtype']}, "
+           f"{result['device']} ({result['platform']}), batch 1, greedy, "
+           f"{result['max_new_tokens']} tokens", "",
+           "| gamma | base ms/tok | ms/iteration (alpha~0) | ms/iteration (alpha=1) | "
+           "ratio | c | v |", "|" + "---|" * 7]
+  for r in result["rows"]:
+    lines.append(f"| {r['gamma']} | {r['t_baseline_token'] * 1e3:.2f} | "
+                 f"{r['runs']['random']['t_iteration'] * 1e3:.2f} | "
+                 f"{r['runs']['agreeing']['t_iteration'] * 1e3:.2f} | "
+                 f"{r['premise_ratio']:.2f} | {r['c']:.3f} | {r['v']:.2f} |")
+  lines += ["", "| task | temp | gamma | alpha | speed-up here | Thm 3.8 (v = 1) | "
+            "refined | paper (TPU-v4, T5-XXL) |", "|" + "---|" * 8]
+  for r in result["rows"]:
+    for p in r["table2"]:
+      lines.append(f"| {p['task']} | {p['temperature']:g} | {r['gamma']} | "
+                   f"{p['alpha']:.2f} | {p['speedup']:.2f}x | {p['predicted_paper']:.2f}x | "
+                   f"{p['predicted']:.2f}x | {p['paper_speedup']:.1f}x |")
+  return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------
 # Plots and outputs.
 # ------------------------------------------------------------------------------
 def write_plots(result: dict[str, Any], out_dir: str) -> list[str]:
@@ -454,12 +544,13 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   if _SHAPES.value:
-    from specdec import shapes  # pylint: disable=g-import-not-at-top
-    result = shapes.run_shapes(**shapes.default_arguments())
+    result = shapes_only(_TARGET_CFG.value or "t5_1_1_base", _DRAFT_CFG.value or "t5_1_1_small",
+                         [int(g) for g in _GAMMAS.value] if _GAMMAS.present else [3, 5, 7],
+                         _MAX_NEW.value or 32, _REPEATS.value, _SEED.value)
     os.makedirs(_OUT.value, exist_ok=True)
     with open(os.path.join(_OUT.value, "shapes.json"), "w") as f:
       json.dump(result, f, indent=2)
-    text = shapes.markdown(result)
+    text = shapes_markdown(result)
     with open(os.path.join(_OUT.value, "shapes.md"), "w") as f:
       f.write(text)
     print(text)

@@ -147,3 +147,24 @@ def test_benchmark_default_pair_runs(tmp_path):
     result = json.load(f)
   assert result["config"]["target"]["name"] == "multi30k_ende/target"
   assert [r["identical_to_baseline"] for r in result["rows"]] == [True, True]
+
+
+def test_shapes_only_premise_and_speedups(tmp_path):
+  """--shapes_only: the agreeing pair accepts everything, the random one less, and
+  speed-up(alpha) is E[tokens] x t_baseline_token / t_iteration."""
+  cmd = [sys.executable, os.path.join(ROOT, "scripts", "benchmark.py"), "--shapes_only",
+         "--target_config=tiny", "--draft_config=tiny", "--gammas=7",
+         "--max_new_tokens=16", "--repeats=1", f"--out_dir={tmp_path}"]
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(tmp_path / "shapes.json") as f:
+    result = json.load(f)
+  (row,) = result["rows"]
+  agreeing, random = row["runs"]["agreeing"], row["runs"]["random"]
+  assert agreeing["accepted"] == agreeing["drafted"] > 0
+  assert random["accepted"] < random["drafted"]
+  for p in row["table2"]:
+    expected = (float(theory.expected_tokens(p["alpha"], 7)) * row["t_baseline_token"]
+                / random["t_iteration"])
+    assert math.isclose(p["speedup"], expected, rel_tol=1e-9)
+  assert [p["paper_speedup"] for p in row["table2"]] == [3.4, 2.6]
