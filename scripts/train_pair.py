@@ -10,6 +10,14 @@ validation loss, and resumable checkpoints: rerunning the same command continues
 the last saved step. At the end each model's parameters are exported in bfloat16 in
 the T5X checkpoint layout that `specdec.checkpoints.load_t5x` reads.
 
+The draft can instead be distilled from the target (`--draft_data=distill`,
+sequence-level knowledge distillation, Kim & Rush 2016): the target decodes every
+training source greedily (batched, `specdec.autoregressive_sample`) and the draft is
+trained on those outputs in place of the references, so that it learns to predict
+what the target says rather than what the references say, which is what acceptance
+rewards. The teacher is the shipped pair's target unless --teacher_checkpoint names
+one; its outputs are cached in --out_dir, so a resumed run does not decode again.
+
 Sizes (see `PRESETS`) are chosen for two CPU cores: the 32128-token vocabulary
 dominates both the cost and the size, so the target is narrow but deep enough to
 translate, and the draft is narrower and shallower still so that one draft step costs
@@ -31,7 +39,8 @@ import numpy as np
 import optax
 from absl import app, flags, logging
 
-from specdec import checkpoints
+from specdec import checkpoints, sample
+from specdec.distributions import SamplingConfig
 from specdec.models import t5
 
 PREFIX = "translate English to German: "
@@ -143,6 +152,66 @@ def batches(examples, batch_size: int, seed: int, start_step: int = 0
     yield make_batch([examples[i] for i in plan[offset]])
     offset += 1
     step += 1
+
+
+# ------------------------------------------------------------------------- distillation
+
+
+def teacher_outputs(teacher: t5.T5, sources: Sequence[np.ndarray], max_new_tokens: int,
+                    batch_size: int = 128, progress: bool = False) -> list[np.ndarray]:
+  """The teacher's greedy outputs (EOS included when it ends) for every source.
+
+  Sources are decoded in batches of similar length (fewer padded positions, and few
+  distinct shapes: inputs pad to a multiple of 8), in one compiled loop per shape;
+  the outputs come back in the order of `sources`.
+  """
+  order = np.argsort([len(s) for s in sources], kind="stable")
+  outputs: list[np.ndarray | None] = [None] * len(sources)
+  bar = None
+  if progress:
+    from tqdm import tqdm  # Only for the command line.
+    bar = tqdm(total=len(sources), desc="teacher", unit="sentence")
+  greedy = SamplingConfig(temperature=0.0)
+  for start in range(0, len(order), batch_size):
+    index = order[start:start + batch_size]
+    rows = [sources[i] for i in index]
+    rows += [rows[-1]] * (batch_size - len(rows))  # One batch shape per length.
+    out = sample.autoregressive_sample(teacher, jnp.asarray(_pad(rows)),
+                                       jax.random.key(0), max_new_tokens=max_new_tokens,
+                                       sampling=greedy, eos_id=EOS_ID)
+    tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+    for j, i in enumerate(index):
+      outputs[i] = tokens[j, :lengths[j]].astype(np.int32)
+    if bar is not None:
+      bar.update(len(index))
+  if bar is not None:
+    bar.close()
+  return outputs
+
+
+def distilled_examples(examples, teacher: t5.T5, max_target: int, cache_path: str,
+                       batch_size: int = 128, progress: bool = False):
+  """`examples` with each target replaced by the teacher's greedy output.
+
+  The outputs are stored in `cache_path` (npz) and reused when it exists and holds as
+  many outputs as there are examples.
+  """
+  if os.path.exists(cache_path):
+    with np.load(cache_path) as cached:
+      flat, offsets = cached["tokens"], cached["offsets"]
+    if len(offsets) == len(examples) + 1:
+      outputs = [flat[offsets[i]:offsets[i + 1]] for i in range(len(examples))]
+      return [(src, out) for (src, _), out in zip(examples, outputs)]
+    logging.warning("%s holds %d outputs for %d examples: decoding again", cache_path,
+                    len(offsets) - 1, len(examples))
+  outputs = teacher_outputs(teacher, [src for src, _ in examples], max_target,
+                            batch_size, progress)
+  offsets = np.concatenate([[0], np.cumsum([len(o) for o in outputs])]).astype(np.int64)
+  os.makedirs(os.path.dirname(cache_path) or ".", exist_ok=True)
+  with open(cache_path + ".tmp", "wb") as f:
+    np.savez(f, tokens=np.concatenate(outputs).astype(np.int32), offsets=offsets)
+  os.replace(cache_path + ".tmp", cache_path)
+  return [(src, out) for (src, _), out in zip(examples, outputs)]
 
 
 # ----------------------------------------------------------------------------- training
@@ -281,6 +350,14 @@ _EPOCHS = flags.DEFINE_multi_string("epochs", ["draft=1.0", "target=1.0"],
                                     "Epochs per model, as name=value.")
 _BATCH = flags.DEFINE_integer("batch_size", 64, "Sentences per step.")
 _SEED = flags.DEFINE_integer("training_seed", 0, "Seed for data order and initialisation.")
+_DRAFT_DATA = flags.DEFINE_enum(
+    "draft_data", "references", ["references", "distill"],
+    "The draft's training targets: the German references, or the target's greedy "
+    "outputs (sequence-level distillation).")
+_TEACHER = flags.DEFINE_string(
+    "teacher_checkpoint", "",
+    "T5X checkpoint of the distillation teacher, with the 'target' preset; empty: the "
+    "shipped pair's target (or, when --which trains a target first, that target).")
 
 
 def main(argv):
@@ -300,7 +377,13 @@ def main(argv):
   for name in _WHICH.value:
     cfg = TrainConfig(batch_size=_BATCH.value, epochs=float(epochs.get(name, 1.0)),
                       seed=_SEED.value)
-    results[name] = (cfg, train_model(name, PRESETS[name], train, val, cfg,
+    examples = train
+    if name == "draft" and _DRAFT_DATA.value == "distill":
+      teacher = _teacher(results.get("target"))
+      examples = distilled_examples(train, teacher, 48,
+                                    os.path.join(_OUT.value, "teacher_outputs.npz"),
+                                    progress=True)
+    results[name] = (cfg, train_model(name, PRESETS[name], examples, val, cfg,
                                       os.path.join(_OUT.value, name)))
   summary = {}
   for name, (cfg, result) in results.items():
@@ -308,6 +391,7 @@ def main(argv):
                   result["steps"])
     summary[name] = dict(checkpoint=path, steps=result["steps"], seconds=result["seconds"],
                          epochs=cfg.epochs, batch_size=cfg.batch_size,
+                         data=(_DRAFT_DATA.value if name == "draft" else "references"),
                          history=result["history"], params=t5.param_count(PRESETS[name]),
                          config={k: str(v) for k, v in
                                  dataclasses.asdict(PRESETS[name]).items()})
@@ -315,6 +399,19 @@ def main(argv):
           f"final val loss {result['history'][-1]['val_loss']:.3f} -> {path}")
   with open(os.path.join(_OUT.value, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
+
+
+def _teacher(trained_target) -> t5.T5:
+  """The distillation teacher: --teacher_checkpoint, the target trained in this run,
+  or the shipped pair's target, in float32."""
+  cfg = dataclasses.replace(PRESETS["target"], dropout_rate=0.0)
+  if _TEACHER.value:
+    return t5.T5(cfg, jax.device_put(checkpoints.load_t5x(_TEACHER.value, cfg,
+                                                          dtype=jnp.float32)))
+  if trained_target is not None:
+    return t5.T5(cfg, trained_target[1]["params"])
+  from specdec import pretrained  # The shipped pair.
+  return pretrained.load_model("multi30k_ende", "target")
 
 
 def checkpoints_vocab_path() -> str:

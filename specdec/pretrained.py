@@ -52,8 +52,15 @@ def _config(fields: dict[str, Any], dtype) -> t5.T5Config:
                             dropout_rate=0.0))
 
 
-def load_model(name: str, which: str, dtype=jnp.float32) -> t5.T5:
-  """One model of a pair ('target' or 'draft') as a `DecodeModel`."""
+def load_model(name: str, which: str, dtype=jnp.float32,
+               per_position_logits: bool | None = None) -> t5.T5:
+  """One model of a pair ('target' or 'draft') as a `DecodeModel`.
+
+  `per_position_logits` (`T5.per_position_logits`): None chooses it for the target
+  on a CPU backend, where it makes the verification of a gamma + 1 chunk about twice
+  as fast (`scripts/bench_t5.py --logits_only`); the draft's output layer is small
+  enough for one product.
+  """
   info = pair_info(name)
   if which not in ("target", "draft"):
     raise ValueError(f"which must be 'target' or 'draft', got {which!r}")
@@ -62,12 +69,19 @@ def load_model(name: str, which: str, dtype=jnp.float32) -> t5.T5:
                                 dtype=dtype)
   # On the device once: numpy leaves would be copied in again on every jit call
   # (tens of MB per decode, as long as several decoded tokens on a CPU).
-  return t5.T5(cfg, jax.device_put(params))
+  if per_position_logits is None:
+    per_position_logits = which == "target" and jax.default_backend() == "cpu"
+  return t5.T5(cfg, jax.device_put(params), per_position_logits=per_position_logits)
 
 
-def load_pair(name: str = "multi30k_ende", dtype=jnp.float32):
-  """(target, draft, vocabulary): two `T5` DecodeModels and T5's SentencePiece vocab."""
-  return (load_model(name, "target", dtype), load_model(name, "draft", dtype),
+def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
+              per_position_logits: bool | None = None):
+  """(target, draft, vocabulary): two `T5` DecodeModels and T5's SentencePiece vocab.
+
+  `per_position_logits`: see `load_model` (None: the target's on a CPU).
+  """
+  return (load_model(name, "target", dtype, per_position_logits),
+          load_model(name, "draft", dtype, per_position_logits),
           data.Vocabulary())
 
 
