@@ -66,3 +66,23 @@ def test_batches_are_length_bucketed_and_seeded():
   np.testing.assert_array_equal(batch["decoder_input_tokens"][:, 1:],
                                 batch["decoder_target_tokens"][:, :-1])
   assert (batch["decoder_input_tokens"][:, 0] == 0).all()
+
+
+def test_distillation_targets_are_the_teachers_greedy_outputs(tmp_path):
+  """--draft_data=distill: each example's target becomes the teacher's greedy decode
+  of its source (in the sources' order, whatever the batching), cached on disk."""
+  import specdec
+  teacher = t5.T5(CFG, t5.random_params(CFG, seed=4))
+  examples = _examples(11)
+  cache = str(tmp_path / "teacher.npz")
+  distilled = train_pair.distilled_examples(examples, teacher, 6, cache, batch_size=4)
+  assert [s for s, _ in distilled] == [s for s, _ in examples]
+  for (src, out) in distilled:
+    base = specdec.autoregressive_sample(
+        teacher, src[None], jax.random.key(0), max_new_tokens=6,
+        sampling=specdec.SamplingConfig(temperature=0.0), eos_id=1)
+    np.testing.assert_array_equal(out, base.tokens[0, :base.lengths[0]])
+  # The cache is read back instead of decoding again (a teacher that would fail).
+  again = train_pair.distilled_examples(examples, None, 6, cache)
+  for (_, a), (_, b) in zip(again, distilled):
+    np.testing.assert_array_equal(a, b)
