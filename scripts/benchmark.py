@@ -30,7 +30,7 @@ compiles a handful of times; the JSON records the compile count. Writes
 `benchmark.json`, `benchmark.md` (the tables of `specdec.tables`),
 `speedup_vs_gamma.png` (measured and predicted curves, as in Figure 3) and
 `beta_hist.png` under --out_dir. `--shapes_only` instead times random-weight T5
-shapes and derives speed-up(alpha) for Table 2's alphas (`specdec.shapes`).
+shapes and derives speed-up(alpha) for Table 2's alphas (`shapes_only` below).
 """
 
 from __future__ import annotations
@@ -77,8 +77,10 @@ _RANDOM = flags.DEFINE_bool("random_weights", False,
 _GIN_FILE = flags.DEFINE_multi_string("gin_file", [], "A gin run file of configs/runs: "
                                       "task, pair, gamma, temperature from its macros.")
 _GIN_BINDINGS = flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings.")
-_DRAFTS = flags.DEFINE_list("drafts", ["draft", "unigram", "bigram"],
-                            "Drafts: 'draft' (the pair's), 'unigram', 'bigram'.")
+_DRAFTS = flags.DEFINE_list(
+    "drafts", ["draft", "draft_distilled", "unigram", "bigram"],
+    "Drafts: 'draft' (the pair's, or --draft_config's), 'draft_distilled' (the "
+    "shipped pair's distilled draft), 'unigram', 'bigram'.")
 _NGRAM_CORPUS = flags.DEFINE_string(
     "ngram_corpus", None, "Text (one sentence a line, .gz ok) for the n-gram drafts; "
     "default: the shipped Multi30k German training captions for the German tasks, "
@@ -98,7 +100,7 @@ _OUT = flags.DEFINE_string("out_dir", "out/benchmark", "Where the outputs go.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Progress bars.")
 _PLOTS = flags.DEFINE_bool("plots", True, "Write the PNG plots.")
 _SHAPES = flags.DEFINE_bool("shapes_only", False,
-                            "Time random-weight T5 shapes instead (specdec.shapes).")
+                            "Time random-weight T5 shapes instead (see shapes_only).")
 
 
 # ------------------------------------------------------------------------------
@@ -159,16 +161,22 @@ def ngram_corpus(task: str, path: str | None, examples: list[dict[str, str]],
 
 
 def make_drafts(names: Sequence[str], draft, vocab, corpus_lines: list[str],
-                vocab_size: int) -> dict[str, Any]:
+                vocab_size: int, pair: str | None = None) -> dict[str, Any]:
+  """The drafts by name: 'draft' (the chosen one), the pair's other shipped drafts
+  ('draft_distilled', when `pair` is the model source), and the n-gram drafts."""
   out = {}
   corpus = None
+  shipped = pretrained.drafts(pair) if pair else ()
   for name in names:
     if name == "draft":
       out[name] = draft
       continue
+    if name in shipped:
+      out[name] = pretrained.load_model(pair, name)
+      continue
     if name not in NGRAM_DRAFTS:
       raise ValueError(f"drafts: unknown draft {name!r}; have 'draft', "
-                       f"{', '.join(NGRAM_DRAFTS)}")
+                       f"{', '.join(list(shipped[1:]) + list(NGRAM_DRAFTS))}")
     if corpus is None:
       corpus = [vocab.encode(s) + [data.EOS_ID] for s in corpus_lines]
     cls = ngram.Unigram if name == "unigram" else ngram.Bigram
@@ -591,10 +599,13 @@ def main(argv):
   measured = max(_EXAMPLES.value, _ALPHA_EXAMPLES.value)
   corpus = (ngram_corpus(task, _NGRAM_CORPUS.value, examples, measured)
             if any(d in NGRAM_DRAFTS for d in _DRAFTS.value) else [])
-  drafts = make_drafts(_DRAFTS.value, draft, vocab, corpus, target.vocab_size)
+  from_pair = not (_GIN_FILE.value or _TARGET_CFG.value or _DRAFT_CFG.value)
+  drafts = make_drafts(_DRAFTS.value, draft, vocab, corpus, target.vocab_size,
+                       pair=_PAIR.value if from_pair else None)
   result = run_benchmark(
       task=task, target=target, target_cfg=tcfg, drafts=drafts,
-      draft_cfgs={d: (dcfg if d == "draft" else None) for d in drafts}, vocab=vocab,
+      draft_cfgs={d: (None if d in NGRAM_DRAFTS else drafts[d].config) for d in drafts},
+      vocab=vocab,
       examples=examples, temperatures=temperatures, gammas=gammas,
       num_examples=_EXAMPLES.value, alpha_examples=_ALPHA_EXAMPLES.value,
       alpha_batch=_ALPHA_BATCH.value, repeats=_REPEATS.value, input_length=input_length,

@@ -1,7 +1,7 @@
 """Packages a pair trained by `train_pair.py` into `specdec/weights/<name>/`.
 
     python scripts/package_pair.py --train_dir=out/train_pair \
-        --multi30k_dir=../shared/data/multi30k
+        --distilled_dir=out/distill --multi30k_dir=../shared/data/multi30k
 
 Copies the exported bfloat16 T5X checkpoints and the Multi30k test_2016 sentences the
 demo translates, and writes `pair.json`: the model configs, checkpoint paths, the
@@ -23,9 +23,15 @@ from absl import app, flags
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_pair  # noqa: E402  (the presets the pair was trained with)
 
-_TRAIN = flags.DEFINE_string("train_dir", "out/train_pair", "train_pair.py --out_dir.")
+_TRAIN = flags.DEFINE_string("train_dir", "out/train_pair",
+                             "train_pair.py --out_dir of the target and draft (empty: "
+                             "keep the packaged ones).")
 _MULTI30K = flags.DEFINE_string("multi30k_dir", "../shared/data/multi30k",
                                 "Multi30k raw files (for the shipped test sentences).")
+_DISTILLED = flags.DEFINE_string(
+    "distilled_dir", "",
+    "train_pair.py --which=draft --draft_data=distill --out_dir: shipped as "
+    "'draft_distilled' beside the reference-trained 'draft' (empty: none).")
 _NAME = flags.DEFINE_string("name", "multi30k_ende", "Name of the pair.")
 _OUT = flags.DEFINE_string("weights_dir", "specdec/weights", "Where pairs live.")
 
@@ -48,34 +54,47 @@ def config_json(cfg) -> dict:
 
 def main(argv):
   del argv
-  with open(os.path.join(_TRAIN.value, "summary.json")) as f:
-    summary = json.load(f)
   out = pathlib.Path(_OUT.value) / _NAME.value
   out.mkdir(parents=True, exist_ok=True)
-  info = dict(name=_NAME.value, task="Multi30k English->German",
+  previous = out / "pair.json"
+  info = {}
+  if previous.exists():  # Keep what this run does not replace, measurements included.
+    with open(previous) as f:
+      info = json.load(f)
+  info.update(name=_NAME.value, task="Multi30k English->German",
               prefix=train_pair.PREFIX, test_sets=TEST_SETS, provenance=PROVENANCE)
-  for which in ("target", "draft"):
-    source = pathlib.Path(summary[which]["checkpoint"])
+  entries = []
+  if _TRAIN.value:
+    with open(os.path.join(_TRAIN.value, "summary.json")) as f:
+      summary = json.load(f)
+    entries += [("target", "target", summary["target"]),
+                ("draft", "draft", summary["draft"])]
+  if _DISTILLED.value:
+    with open(os.path.join(_DISTILLED.value, "summary.json")) as f:
+      entries.append(("draft_distilled", "draft", json.load(f)["draft"]))
+  for which, preset, run in entries:
+    source = pathlib.Path(run["checkpoint"])
     dest = out / which / source.name
     if dest.exists():
       shutil.rmtree(dest)
     shutil.copytree(source, dest)
-    history = summary[which]["history"]
+    history = run["history"]
     info[which] = dict(
-        config=config_json(train_pair.PRESETS[which]),
+        config=config_json(train_pair.PRESETS[preset]),
         checkpoint=str(dest.relative_to(out)),
-        params=summary[which]["params"],
-        training=dict(steps=summary[which]["steps"], epochs=summary[which]["epochs"],
-                      batch_size=summary[which]["batch_size"],
-                      minutes=round(summary[which]["seconds"] / 60, 1),
+        params=run["params"],
+        training=dict(steps=run["steps"], epochs=run["epochs"],
+                      batch_size=run["batch_size"],
+                      data=run.get("data", "references"),
+                      minutes=round(run["seconds"] / 60, 1),
                       final_val_loss=history[-1]["val_loss"], history=history))
+    if which == "draft_distilled":
+      info[which]["training"]["teacher"] = (
+          "the target's greedy outputs on Multi30k train (max 48 tokens), "
+          "scripts/train_pair.py --draft_data=distill")
   for split, files in TEST_SETS.items():
     for lang, name in files.items():
       shutil.copyfile(os.path.join(_MULTI30K.value, name), out / name)
-  previous = out / "pair.json"
-  if previous.exists():  # Keep measurements of an earlier evaluate_pair.py run.
-    with open(previous) as f:
-      info.setdefault("metrics", json.load(f).get("metrics", {}))
   with open(previous, "w") as f:
     json.dump(info, f, indent=2)
   print(f"packaged {_NAME.value} into {out}")

@@ -2,8 +2,11 @@
 
     target, draft, vocab = specdec.pretrained.load_pair("multi30k_ende")
 
-`multi30k_ende` is a T5 v1.1 target and a much smaller T5 v1.1 draft, both trained
-from scratch on Multi30k English->German with T5's SentencePiece vocabulary; the model
+`multi30k_ende` is a T5 v1.1 target and two much smaller T5 v1.1 drafts of one
+architecture, all trained from scratch on Multi30k English->German with T5's
+SentencePiece vocabulary: `draft` on the German references, `draft_distilled` on the
+target's own greedy outputs (sequence-level distillation), which it predicts far
+better at temperature 0 and worse at temperature 1 (`best_draft`); the model
 card (`specdec/weights/multi30k_ende/MODEL_CARD.md`) gives data, sizes, training and
 measured quality and acceptance. Weights are stored in bfloat16 in the T5X checkpoint
 layout (`specdec.checkpoints.load_t5x`) and loaded in float32 by default: XLA's CPU
@@ -52,18 +55,37 @@ def _config(fields: dict[str, Any], dtype) -> t5.T5Config:
                             dropout_rate=0.0))
 
 
+def drafts(name: str = "multi30k_ende") -> tuple[str, ...]:
+  """The drafts a pair ships ('draft', then any others such as 'draft_distilled')."""
+  info = pair_info(name)
+  return tuple(k for k in info if k.startswith("draft") and isinstance(info[k], dict)
+               and "checkpoint" in info[k])
+
+
+def best_draft(name: str = "multi30k_ende", temperature: float = 0.0) -> str:
+  """The shipped draft with the highest measured alpha on the pair's own test set at
+  this temperature (0 or 1, the two measured; others use the nearer), from the model
+  card's measurements; 'draft' when none are recorded."""
+  info = pair_info(name)
+  key = "0" if temperature < 0.5 else "1"
+  alphas = {d: info.get("metrics", {}).get("alpha", {}).get(d, {})
+            .get("multi30k_test_2016", {}).get(key) for d in drafts(name)}
+  alphas = {d: a for d, a in alphas.items() if a is not None}
+  return max(alphas, key=alphas.get) if alphas else "draft"
+
+
 def load_model(name: str, which: str, dtype=jnp.float32,
                per_position_logits: bool | None = None) -> t5.T5:
   """One model of a pair ('target' or 'draft') as a `DecodeModel`.
 
   `per_position_logits` (`T5.per_position_logits`): None chooses it for the target
   on a CPU backend, where it makes the verification of a gamma + 1 chunk about twice
-  as fast (`scripts/bench_t5.py --logits_only`); the draft's output layer is small
+  as fast (`scripts/bench_verify.py`); the draft's output layer is small
   enough for one product.
   """
   info = pair_info(name)
-  if which not in ("target", "draft"):
-    raise ValueError(f"which must be 'target' or 'draft', got {which!r}")
+  if which not in ("target",) + drafts(name):
+    raise ValueError(f"which must be one of {['target', *drafts(name)]}, got {which!r}")
   cfg = _config(info[which]["config"], dtype)
   params = checkpoints.load_t5x(str(pair_dir(name) / info[which]["checkpoint"]), cfg,
                                 dtype=dtype)
@@ -75,13 +97,17 @@ def load_model(name: str, which: str, dtype=jnp.float32,
 
 
 def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
-              per_position_logits: bool | None = None):
+              per_position_logits: bool | None = None, draft: str = "draft"):
   """(target, draft, vocabulary): two `T5` DecodeModels and T5's SentencePiece vocab.
 
-  `per_position_logits`: see `load_model` (None: the target's on a CPU).
+  `draft`: which shipped draft (`drafts(name)`; `best_draft(name, temperature)` picks
+  by measured acceptance). `per_position_logits`: see `load_model` (None: the
+  target's on a CPU).
   """
+  if draft not in drafts(name):
+    raise ValueError(f"draft must be one of {list(drafts(name))}, got {draft!r}")
   return (load_model(name, "target", dtype, per_position_logits),
-          load_model(name, "draft", dtype, per_position_logits),
+          load_model(name, draft, dtype, per_position_logits),
           data.Vocabulary())
 
 

@@ -2,13 +2,17 @@
 
 import json
 
-from specdec import demo
+from specdec import demo, pretrained
 
 
 def test_the_demo_runs_on_two_sentences(tmp_path):
   result = demo.run("multi30k_ende", num_sentences=2, gamma=2, max_new_tokens=8,
                     input_length=48, repeats=1, seed=0, progress=False)
   assert [r["temperature"] for r in result["rows"]] == [0.0, 1.0]
+  # Each temperature runs the shipped draft of the higher measured alpha.
+  assert [r["draft"] for r in result["rows"]] == [
+      pretrained.best_draft("multi30k_ende", t) for t in (0.0, 1.0)]
+  assert all(r["gamma"] == 2 and r["costs"]["v"] > 0 for r in result["rows"])
   assert result["rows"][0]["identical_to_baseline"]
   for row in result["rows"]:
     assert 0.0 <= row["alpha"] <= 1.0

@@ -56,6 +56,37 @@ def test_greedy_translations_match_the_stored_expectation(pair, expected):
   assert float(spec.stats.alpha_hat.mean()) > 0.3
 
 
+def test_the_distilled_draft_is_shipped_and_decodes_exactly(pair, expected):
+  """`draft_distilled` (trained on the target's greedy outputs): same architecture as
+  `draft`, exact greedy decoding with it, and it agrees with the target's greedy
+  outputs more often than the reference-trained draft does."""
+  target, draft, vocab = pair
+  assert pretrained.drafts("multi30k_ende") == ("draft", "draft_distilled")
+  distilled = pretrained.load_model("multi30k_ende", "draft_distilled")
+  assert distilled.config == draft.config and not distilled.per_position_logits
+  inputs = _inputs(vocab, expected["sources"])
+  alphas = {}
+  for name, d in (("draft", draft), ("draft_distilled", distilled)):
+    spec = specdec.speculative_sample(target, d, inputs, jax.random.key(0), gamma=4,
+                                      max_new_tokens=48, sampling=GREEDY,
+                                      eos_id=data.EOS_ID)
+    assert [vocab.decode(r.tolist()) for r in np.asarray(spec.tokens)] == \
+        expected["translations"]
+    alphas[name] = float(np.sum(spec.stats.beta_sum) / np.sum(spec.stats.beta_count))
+  assert alphas["draft_distilled"] > alphas["draft"]
+  assert pretrained.best_draft("multi30k_ende", 0.0) == "draft_distilled"
+
+
+def test_drafts_are_chosen_by_name():
+  target, distilled, _ = pretrained.load_pair("multi30k_ende", draft="draft_distilled")
+  assert target.per_position_logits == (jax.default_backend() == "cpu")
+  assert not distilled.per_position_logits
+  with pytest.raises(ValueError, match="draft"):
+    pretrained.load_pair("multi30k_ende", draft="nope")
+  with pytest.raises(ValueError, match="which"):
+    pretrained.load_model("multi30k_ende", "nope")
+
+
 def test_model_card_and_metadata_are_shipped():
   info = pretrained.pair_info("multi30k_ende")
   for key in ("target", "draft", "metrics", "test_sets", "provenance"):

@@ -1,0 +1,109 @@
+r"""What verifying gamma + 1 tokens costs here, and the speed-up that bounds.
+
+    python scripts/bench_verify.py [--pair=multi30k_ende] [--max_chunk=8] \
+        [--rounds=5] [--output=out/bench_verify.json]
+
+For the shipped pair: t(k), one target `extend` over a chunk of k tokens, for
+k = 1..max_chunk, with the output layer computed as one [k, E] x [E, V] product and
+position by position (`T5.per_position_logits`), and t_q, one draft step, and the
+draft's 2-token first step. Every time is one call inside a compiled loop
+(`specdec.benchmarking.extend_seconds`), the rounds interleaved so that a slow spell of
+a shared machine hits every setting alike, and the minimum over rounds reported.
+
+From them: v(k) = t(k) / t(1), c = t_q / t(1), and for each gamma the speed-up with a
+perfect draft (alpha = 1: gamma + 1 tokens per iteration),
+(gamma + 1) / (gamma c + v(gamma + 1)) -- Theorem 3.8 at alpha = 1 with the measured v.
+No draft of this cost can do better at batch 1 on this machine: where the bound is
+below 1, speculative decoding cannot beat the baseline here, whatever the acceptance.
+(The paper's premise is v = 1 on an accelerator with idle parallel compute.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app, flags
+import jax
+import jax.numpy as jnp
+
+from specdec import benchmarking, pretrained
+from specdec.demo import encode_inputs
+
+_PAIR = flags.DEFINE_string("pair", "multi30k_ende", "A shipped pair.")
+_DRAFT = flags.DEFINE_string("draft", "draft", "Which shipped draft.")
+_MAX_CHUNK = flags.DEFINE_integer("max_chunk", 8, "Chunks of 1..max_chunk tokens.")
+_ROUNDS = flags.DEFINE_integer("rounds", 5, "Interleaved rounds (minimum reported).")
+_STEPS = flags.DEFINE_integer("steps", 32, "Calls per compiled loop.")
+_OUTPUT = flags.DEFINE_string("output", "out/bench_verify.json", "JSON output.")
+
+
+def measure(pair: str, draft_name: str, max_chunk: int, rounds: int, steps: int) -> dict:
+  target, draft, vocab = pretrained.load_pair(pair, per_position_logits=False,
+                                              draft=draft_name)
+  x = encode_inputs(vocab, [pretrained.test_sentences(pair)[0][0]], 48)[0]
+  length = max_chunk + 1
+  models = {"target, one product": target,
+            "target, per position": target.replace(per_position_logits=True),
+            "draft": draft}
+  states = {name: m.init(x, length) for name, m in models.items()}
+  chunks = {"draft": (1, 2)}
+  settings = [(name, k) for name in models
+              for k in chunks.get(name, range(1, max_chunk + 1))]
+  best = {}
+  for _ in range(rounds):
+    for name, k in settings:
+      seconds = benchmarking.extend_seconds(models[name], states[name],
+                                            jnp.zeros((1, k), jnp.int32), repeats=1,
+                                            steps=steps)
+      best[name, k] = min(best.get((name, k), float("inf")), seconds)
+  t_q = best["draft", 1]
+  result = dict(pair=pair, draft=draft_name, backend=jax.default_backend(),
+                t_q_ms=t_q * 1e3, t_q2_ms=best["draft", 2] * 1e3, strategies={})
+  for name in ("target, one product", "target, per position"):
+    t1 = best[name, 1]
+    rows = []
+    for k in range(1, max_chunk + 1):
+      row = dict(k=k, t_ms=best[name, k] * 1e3, v=best[name, k] / t1)
+      if k > 1:
+        gamma = k - 1
+        row["speedup_bound_alpha1"] = k / (gamma * t_q / t1 + row["v"])
+      rows.append(row)
+    result["strategies"][name] = dict(t1_ms=t1 * 1e3, c=t_q / t1, rows=rows)
+  return result
+
+
+def table(result: dict) -> str:
+  lines = [f"{result['pair']} ({result['draft']}) on {result['backend']}: t_q "
+           f"{result['t_q_ms']:.3f} ms, draft 2-token step {result['t_q2_ms']:.3f} ms", ""]
+  names = list(result["strategies"])
+  lines.append("| k = gamma + 1 | " + " | ".join(
+      f"{n}: t(k) ms / v / bound at alpha 1" for n in names) + " |")
+  lines.append("|---|" + "---|" * len(names))
+  rows = zip(*(result["strategies"][n]["rows"] for n in names))
+  for per_strategy in rows:
+    cells = [f"{r['t_ms']:.3f} / {r['v']:.2f} / "
+             + (f"{r['speedup_bound_alpha1']:.2f}x" if "speedup_bound_alpha1" in r
+                else "-") for r in per_strategy]
+    lines.append(f"| {per_strategy[0]['k']} | " + " | ".join(cells) + " |")
+  for n in names:
+    s = result["strategies"][n]
+    bound = max(r.get("speedup_bound_alpha1", 0.0) for r in s["rows"])
+    lines.append(f"\n{n}: c = {s['c']:.3f}; best speed-up any draft of this cost could "
+                 f"give (alpha = 1): {bound:.2f}x")
+  return "\n".join(lines)
+
+
+def main(argv):
+  del argv
+  result = measure(_PAIR.value, _DRAFT.value, _MAX_CHUNK.value, _ROUNDS.value,
+                   _STEPS.value)
+  text = table(result)
+  print(text)
+  os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
+  with open(_OUTPUT.value, "w") as f:
+    json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+  app.run(main)

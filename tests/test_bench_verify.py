@@ -1,0 +1,31 @@
+"""scripts/bench_verify.py: both output-layer strategies timed, v and the alpha = 1
+bound derived from the timings (tiny settings)."""
+
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location(
+    "bench_verify", pathlib.Path(__file__).parents[1] / "scripts" / "bench_verify.py")
+bench_verify = importlib.util.module_from_spec(_SPEC)
+sys.modules["bench_verify"] = bench_verify
+_SPEC.loader.exec_module(bench_verify)
+
+
+def test_costs_and_the_perfect_draft_bound():
+  result = bench_verify.measure("multi30k_ende", "draft", max_chunk=3, rounds=1, steps=2)
+  assert result["t_q_ms"] > 0 and result["t_q2_ms"] > 0
+  assert set(result["strategies"]) == {"target, one product", "target, per position"}
+  for s in result["strategies"].values():
+    rows = s["rows"]
+    assert [r["k"] for r in rows] == [1, 2, 3]
+    assert rows[0]["v"] == 1.0 and "speedup_bound_alpha1" not in rows[0]
+    assert s["c"] == pytest.approx(result["t_q_ms"] / s["t1_ms"])
+    for r in rows[1:]:
+      assert r["v"] == pytest.approx(r["t_ms"] / s["t1_ms"])
+      gamma = r["k"] - 1
+      assert r["speedup_bound_alpha1"] == pytest.approx(r["k"] / (gamma * s["c"] + r["v"]))
+  text = bench_verify.table(result)
+  assert "bound at alpha 1" in text and "per position" in text
