@@ -1,6 +1,6 @@
 r"""What verifying gamma + 1 tokens costs here, and the speed-up that bounds.
 
-    python scripts/bench_verify.py [--pair=multi30k_ende] [--max_chunk=8] \
+    python scripts/bench_verify.py [--model_pair=multi30k_ende] [--max_chunk=8] \
         [--rounds=5] [--output=out/bench_verify.json]
 
 For the shipped pair: t(k), one target `extend` over a chunk of k tokens, for
@@ -27,11 +27,10 @@ from absl import app, flags
 import jax
 import jax.numpy as jnp
 
-from specdec import benchmarking, pretrained
-from specdec.demo import encode_inputs
+from specdec import benchmarking, data, pretrained
 
-_PAIR = flags.DEFINE_string("pair", "multi30k_ende", "A shipped pair.")
-_DRAFT = flags.DEFINE_string("draft", "draft", "Which shipped draft.")
+_PAIR = flags.DEFINE_string("model_pair", "multi30k_ende", "A shipped pair.")
+_DRAFT = flags.DEFINE_string("which_draft", "draft", "Which shipped draft.")
 _MAX_CHUNK = flags.DEFINE_integer("max_chunk", 8, "Chunks of 1..max_chunk tokens.")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Interleaved rounds (minimum reported).")
 _STEPS = flags.DEFINE_integer("steps", 32, "Calls per compiled loop.")
@@ -41,7 +40,8 @@ _OUTPUT = flags.DEFINE_string("output", "out/bench_verify.json", "JSON output.")
 def measure(pair: str, draft_name: str, max_chunk: int, rounds: int, steps: int) -> dict:
   target, draft, vocab = pretrained.load_pair(pair, per_position_logits=False,
                                               draft=draft_name)
-  x = encode_inputs(vocab, [pretrained.test_sentences(pair)[0][0]], 48)[0]
+  x = jnp.asarray(vocab.encode_padded(
+      data.TRANSLATE_PREFIX + pretrained.test_sentences(pair)[0][0], 48))[None]
   length = max_chunk + 1
   models = {"target, one product": target,
             "target, per position": target.replace(per_position_logits=True),

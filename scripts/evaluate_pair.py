@@ -39,6 +39,7 @@ _BLEU_N = flags.DEFINE_integer("bleu_sentences", None, "Limit Multi30k (None: al
 _NEWS_N = flags.DEFINE_integer("newstest_sentences", None, "Limit newstest2014 (None: all).")
 _BATCH = flags.DEFINE_integer("batch_size", 128, "Batch for BLEU and alpha decodes.")
 _ALPHA_N = flags.DEFINE_integer("alpha_sentences", 512, "Sentences for alpha.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed rounds per sweep decode (min).")
 
 DATASETS = {
     # name: (input length, max new tokens)
@@ -107,15 +108,17 @@ def sweep(target, drafts, vocab, sentences, input_len, max_new, gammas):
   key = jax.random.key(1)
   for temperature, (draft_name, draft) in drafts.items():
     sampling = SamplingConfig(temperature=temperature)
-    base_s, base_out = benchmarking.time_decodes(
-        benchmarking.autoregressive_decoder(target, max_new, sampling, data.EOS_ID),
-        inputs, key)
+    baseline = benchmarking.autoregressive_decoder(target, max_new, sampling,
+                                                   data.EOS_ID)
     for gamma in gammas:
       costs = benchmarking.step_costs(target, draft, inputs[0], gamma,
                                       max_new + gamma + 1)
-      spec_s, spec_out = benchmarking.time_decodes(
-          benchmarking.speculative_decoder(target, draft, gamma, max_new, sampling,
-                                           data.EOS_ID), inputs, key)
+      timed = benchmarking.time_decodes_paired(dict(
+          baseline=baseline,
+          speculative=benchmarking.speculative_decoder(target, draft, gamma, max_new,
+                                                       sampling, data.EOS_ID)),
+          inputs, key, _REPEATS.value)
+      (base_s, base_out), (spec_s, spec_out) = timed["baseline"], timed["speculative"]
       stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
       alpha = benchmarking.pooled_alpha(stats)
       predicted = benchmarking.predicted_speedup(alpha, gamma, costs["c"], costs["v"])

@@ -38,7 +38,9 @@ _DRAFT = flags.DEFINE_string(
     "temperature the one with the higher measured alpha (model card).")
 _MAX_NEW = flags.DEFINE_integer("max_new_tokens", 40, "Tokens generated at most.")
 _INPUT_LEN = flags.DEFINE_integer("input_length", 48, "Encoder length (padded).")
-_REPEATS = flags.DEFINE_integer("repeats", 1, "Timed repeats of each decode.")
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 3, "Timed rounds of each decode (baseline and speculative in turn; the "
+    "minimum counts).")
 _JSON = flags.DEFINE_string("json_out", "out/demo.json", "JSON output ('' for none).")
 _PLOT = flags.DEFINE_string("plot_out", "out/demo.png", "PNG output ('' for none).")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
@@ -88,14 +90,14 @@ def run(pair: str, num_sentences: int, gamma: int | None, max_new_tokens: int,
     costs = benchmarking.step_costs(target, draft_model, inputs[0], g,
                                     max_new_tokens + g + 1)
     sampling = SamplingConfig(temperature=temperature)
-    base_s, base_out = benchmarking.time_decodes(
-        benchmarking.autoregressive_decoder(target, max_new_tokens, sampling, EOS_ID),
+    timed = benchmarking.time_decodes_paired(dict(
+        baseline=benchmarking.autoregressive_decoder(target, max_new_tokens, sampling,
+                                                     EOS_ID),
+        speculative=benchmarking.speculative_decoder(target, draft_model, g,
+                                                     max_new_tokens, sampling, EOS_ID)),
         inputs, key, repeats)
-    bar and bar.update(1)
-    spec_s, spec_out = benchmarking.time_decodes(
-        benchmarking.speculative_decoder(target, draft_model, g, max_new_tokens,
-                                         sampling, EOS_ID), inputs, key, repeats)
-    bar and bar.update(1)
+    (base_s, base_out), (spec_s, spec_out) = timed["baseline"], timed["speculative"]
+    bar and bar.update(2)
     stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
     alpha = benchmarking.pooled_alpha(stats)
     predicted = benchmarking.predicted_speedup(alpha, g, costs["c"], costs["v"])
