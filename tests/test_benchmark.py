@@ -168,3 +168,35 @@ def test_shapes_only_premise_and_speedups(tmp_path):
                 / random["t_iteration"])
     assert math.isclose(p["speedup"], expected, rel_tol=1e-9)
   assert [p["paper_speedup"] for p in row["table2"]] == [3.4, 2.6]
+
+
+def test_paired_decode_timing_returns_each_decoders_outputs():
+  """time_decodes_paired: per decoder, its own outputs (in input order) and seconds
+  per generated token; a decoder that sleeps is timed as slower, whatever the order."""
+  import time as time_module
+
+  import jax
+  import jax.numpy as jnp
+
+  from specdec import sample
+
+  def fake(length, delay):
+    def decode(x, key):
+      time_module.sleep(delay)
+      n = jnp.full((1,), length, jnp.int32)
+      return sample.SampleOutput(tokens=x + length, lengths=n,
+                                 stats=sample.AutoregressiveStats(iterations=n))
+    return decode
+
+  inputs = [jnp.full((1, 2), i, jnp.int32) for i in range(3)]
+  timed = benchmarking.time_decodes_paired(
+      dict(slow=fake(4, 0.02), fast=fake(2, 0.0)), inputs, jax.random.key(0), repeats=2)
+  assert list(timed) == ["slow", "fast"]
+  (slow_s, slow_out), (fast_s, fast_out) = timed["slow"], timed["fast"]
+  assert [int(o.tokens[0, 0]) for o in slow_out] == [4, 5, 6]
+  assert [int(o.tokens[0, 0]) for o in fast_out] == [2, 3, 4]
+  # 3 inputs x >= 20 ms over 12 tokens.
+  assert slow_s >= 3 * 0.02 / 12 and fast_s < slow_s
+  with pytest.raises(ValueError, match="repeats"):
+    benchmarking.time_decodes_paired(dict(fast=fake(2, 0.0)), inputs, jax.random.key(0),
+                                     repeats=0)
