@@ -92,17 +92,38 @@ def _top_p_mask(probs: Array, top_p: float) -> Array:
   return probs >= threshold
 
 
-def first_argmax(values: Array) -> Array:
-  """int32[...]: index of the first maximum along the last axis (as `jnp.argmax`).
+_ARGMAX_BLOCK = 128
 
-  A max-reduce, a compare and a min-reduce of indices: on XLA's CPU about 4x faster
-  than `jnp.argmax`'s variadic reduce at V = 32128, which matters when it runs at
-  every drafted and verified position.
-  """
+
+def _first_argmax_flat(values: Array) -> Array:
   size = values.shape[-1]
   top = jnp.max(values, axis=-1, keepdims=True)
   index = jnp.arange(size, dtype=jnp.int32)
   return jnp.min(jnp.where(values == top, index, size), axis=-1).astype(jnp.int32)
+
+
+def first_argmax(values: Array) -> Array:
+  """int32[...]: index of the first maximum along the last axis (as `jnp.argmax`).
+
+  A max-reduce, a compare and a min-reduce of indices, which on XLA's CPU is faster
+  than `jnp.argmax`'s variadic reduce; over a long axis in two levels: the maximum of
+  each block of 128 (the one pass over all values), the first block holding the
+  overall maximum, then the first maximum within that block -- the same index, at
+  about half the cost at V = 32128, where it runs at every drafted and verified
+  position. Values should be NaN-free (`greedy_tokens` sanitizes them).
+  """
+  size = values.shape[-1]
+  if size <= 2 * _ARGMAX_BLOCK:
+    return _first_argmax_flat(values)
+  num_blocks = -(-size // _ARGMAX_BLOCK)
+  padding = num_blocks * _ARGMAX_BLOCK - size
+  if padding:  # -inf after the last value: never the first maximum.
+    values = jnp.pad(values, [(0, 0)] * (values.ndim - 1) + [(0, padding)],
+                     constant_values=-jnp.inf)
+  blocks = values.reshape(values.shape[:-1] + (num_blocks, _ARGMAX_BLOCK))
+  block = _first_argmax_flat(jnp.max(blocks, axis=-1))
+  chosen = jnp.take_along_axis(blocks, block[..., None, None], axis=-2)[..., 0, :]
+  return block * _ARGMAX_BLOCK + _first_argmax_flat(chosen)
 
 
 def greedy_tokens(logits: Array) -> Array:

@@ -109,3 +109,25 @@ def test_config_is_hashable_and_compares_by_value():
   assert SamplingConfig(0.5, 3) != SamplingConfig(0.5, 4)
   with pytest.raises(ValueError, match="top_k"):
     SamplingConfig(1.0, top_k=10).validate_vocab(8)
+
+
+@pytest.mark.parametrize("vocab", [257, 1000, 1024, 32128])
+def test_first_argmax_over_blocks_is_numpys_argmax(vocab):
+  """The two-level first_argmax (vocabularies over 256) finds the first maximum: with
+  ties across and within blocks, the maximum in the last (padded) block, all values
+  equal, and -inf values."""
+  from specdec.distributions import first_argmax
+  rng = np.random.default_rng(vocab)
+  rows = [rng.integers(-3, 4, vocab).astype(np.float32),   # many ties
+          rng.standard_normal(vocab).astype(np.float32),
+          np.zeros(vocab, np.float32),
+          np.full(vocab, -np.inf, np.float32)]
+  last = rng.standard_normal(vocab).astype(np.float32)
+  last[-1] = 10.0  # in the last block, which is padded unless 128 divides vocab
+  rows.append(last)
+  tied = np.where(np.arange(vocab) % 2 == 0, -np.inf, 1.0).astype(np.float32)
+  rows.append(tied)
+  values = np.stack(rows)
+  np.testing.assert_array_equal(first_argmax(jnp.asarray(values)), np.argmax(values, -1))
+  np.testing.assert_array_equal(first_argmax(jnp.asarray(values[None])),
+                                np.argmax(values, -1)[None])
