@@ -38,13 +38,13 @@ _OUTPUT = flags.DEFINE_string("output", "out/bench_verify.json", "JSON output.")
 
 
 def measure(pair: str, draft_name: str, max_chunk: int, rounds: int, steps: int) -> dict:
-  target, draft, vocab = pretrained.load_pair(pair, per_position_logits=False,
+  target, draft, vocab = pretrained.load_pair(pair, per_position_logits=0,
                                               draft=draft_name)
   x = jnp.asarray(vocab.encode_padded(
       data.TRANSLATE_PREFIX + pretrained.test_sentences(pair)[0][0], 48))[None]
   length = max_chunk + 1
   models = {"target, one product": target,
-            "target, per position": target.replace(per_position_logits=True),
+            "target, per position": target.replace(per_position_logits=max_chunk),
             "draft": draft}
   states = {name: m.init(x, length) for name, m in models.items()}
   chunks = {"draft": (1, 2)}

@@ -74,14 +74,19 @@ def best_draft(name: str = "multi30k_ende", temperature: float = 0.0) -> str:
   return max(alphas, key=alphas.get) if alphas else "draft"
 
 
+# Chunks up to this long verify faster with per-position output layers on a CPU
+# (`scripts/bench_verify.py`: 2-6 per position, 7 even, 8 one product).
+CPU_PER_POSITION_LOGITS = 6
+
+
 def load_model(name: str, which: str, dtype=jnp.float32,
-               per_position_logits: bool | None = None) -> t5.T5:
+               per_position_logits: int | None = None) -> t5.T5:
   """One model of a pair ('target' or 'draft') as a `DecodeModel`.
 
-  `per_position_logits` (`T5.per_position_logits`): None chooses it for the target
-  on a CPU backend, where it makes the verification of a gamma + 1 chunk about twice
-  as fast (`scripts/bench_verify.py`); the draft's output layer is small
-  enough for one product.
+  `per_position_logits` (`T5.per_position_logits`): None chooses
+  `CPU_PER_POSITION_LOGITS` for the target on a CPU backend, where it makes the
+  verification of up to 6 tokens up to twice as fast (`scripts/bench_verify.py`), and
+  0 otherwise; the draft's output layer is small enough for one product.
   """
   info = pair_info(name)
   if which not in ("target",) + drafts(name):
@@ -92,12 +97,13 @@ def load_model(name: str, which: str, dtype=jnp.float32,
   # On the device once: numpy leaves would be copied in again on every jit call
   # (tens of MB per decode, as long as several decoded tokens on a CPU).
   if per_position_logits is None:
-    per_position_logits = which == "target" and jax.default_backend() == "cpu"
+    per_position_logits = (CPU_PER_POSITION_LOGITS if which == "target"
+                           and jax.default_backend() == "cpu" else 0)
   return t5.T5(cfg, jax.device_put(params), per_position_logits=per_position_logits)
 
 
 def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
-              per_position_logits: bool | None = None, draft: str = "draft"):
+              per_position_logits: int | None = None, draft: str = "draft"):
   """(target, draft, vocabulary): two `T5` DecodeModels and T5's SentencePiece vocab.
 
   `draft`: which shipped draft (`drafts(name)`; `best_draft(name, temperature)` picks

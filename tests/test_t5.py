@@ -87,12 +87,15 @@ def test_per_position_logits_are_the_same_logits(versioned, versioned_batch):
   chunk's logits equal the full forward pass (v1.0's tied embedding and v1.1's
   separate kernel), and it is static (a different compiled function)."""
   model, (inputs, decoder_inputs, full) = versioned, versioned_batch
-  rows = model.replace(per_position_logits=True)
+  rows = model.replace(per_position_logits=8)
   state = init(rows, inputs, MAX_LENGTH)
   chunked, _ = _feed(rows, state, decoder_inputs, [3, 5])
   np.testing.assert_allclose(chunked, full, **TOL)
   single, _ = _feed(rows, state, decoder_inputs, [1] * 8)
   np.testing.assert_allclose(single, full, **TOL)
+  for bad in (-1, True, 2.0):
+    with pytest.raises(ValueError, match='per_position_logits'):
+      model.replace(per_position_logits=bad)
 
 
 def test_rows_at_different_positions_after_rewind(versioned, versioned_batch):
@@ -314,7 +317,7 @@ def test_speculative_at_temperature_zero_is_greedy(model):
   assert len(np.unique(base.tokens)) > 5  # a decode worth comparing,
   assert 0 < int(out.stats.accepted.sum()) < int(out.stats.drafted.sum())  # and mixed.
   # A target computing its verification logits position by position: the same.
-  _greedy_pair(target.replace(per_position_logits=True), _noisy(target))
+  _greedy_pair(target.replace(per_position_logits=8), _noisy(target))
   # The draft is the target (same shapes: no new compilation): all accepted.
   out, _ = _greedy_pair(target, target)
   np.testing.assert_array_equal(out.stats.accepted, out.stats.drafted)

@@ -999,21 +999,27 @@ class T5:
     params: the parameter tree (T5X's `target`), leaves float32 or bfloat16.
     max_decode_length: the most decoder positions `init` may allocate, or None for
       no limit (relative positions do not bound the length).
-    per_position_logits: (static) compute a chunk's output layer one position at a
-      time. The logits are the same; only the speed differs. On XLA's CPU a
-      [k, E] x [E, V] product with 2 <= k <= 6 and a kernel of tens of MB costs 3-4
-      matrix-vector products (the kernel is re-packed on every call), k separate
-      ones cost k, so verifying gamma + 1 tokens is about twice as fast this way;
-      on accelerators one product is better (the default).
+    per_position_logits: (static) chunks of at most this many tokens compute their
+      output layer one position at a time (0: never). The logits are the same; only
+      the speed differs. On XLA's CPU a [k, E] x [E, V] product with a kernel of
+      tens of MB costs about as much for k = 2 as for k = 8 (the kernel is re-packed
+      on every call), 3.5-6 matrix-vector products, while k separate ones cost k, so
+      chunks of up to 6 are verified up to twice as fast this way
+      (`scripts/bench_verify.py`); on accelerators one product is better (0, the
+      default).
   """
 
   config: T5Config = flax.struct.field(pytree_node=False)
   params: Any
   max_decode_length: int | None = flax.struct.field(pytree_node=False, default=None)
-  per_position_logits: bool = flax.struct.field(pytree_node=False, default=False)
+  per_position_logits: int = flax.struct.field(pytree_node=False, default=0)
 
   def __post_init__(self):
     check_config(self.config)
+    chunk = self.per_position_logits
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
+      raise ValueError(f'per_position_logits must be an int >= 0 (the longest chunk '
+                       f'computed position by position), got {chunk!r}')
     limit = self.max_decode_length
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
                               or limit < 1):
@@ -1077,9 +1083,10 @@ class T5:
     if tokens.shape[1] > capacity:
       raise ValueError(f'tokens: a chunk of {tokens.shape[1]} exceeds the cache of '
                        f'{capacity} positions allocated by init(max_length)')
+    per_position = 1 < tokens.shape[1] <= self.per_position_logits
     logits, caches = self._apply(Transformer.extend_decoder, tokens, state.lengths,
                                  state.caches, state.cross, state.encoder_mask,
-                                 per_position_logits=self.per_position_logits)
+                                 per_position_logits=per_position)
     return logits, state.replace(caches=caches, lengths=state.lengths + tokens.shape[1])
 
   def rewind(self, state: T5State, lengths: Array) -> T5State:
