@@ -281,8 +281,7 @@ def main(argv):
     # Multi30k (chosen once, on the pair's own test set, for both test sets).
     chosen = {}
     for t in (0.0, 1.0):
-      key = str(int(t))
-      best = max(shipped, key=lambda d: metrics["alpha"][d]["multi30k_test_2016"][key])
+      best = pretrained.best_draft(_PAIR.value, t, metrics)
       chosen[t] = (best, shipped[best])
     sweeps[name] = sweep(target, chosen, vocab, pairs[:_SWEEP_N.value], input_len,
                          max_new, [int(g) for g in _GAMMAS.value])

@@ -62,14 +62,17 @@ def drafts(name: str = "multi30k_ende") -> tuple[str, ...]:
                and "checkpoint" in info[k])
 
 
-def best_draft(name: str = "multi30k_ende", temperature: float = 0.0) -> str:
+def best_draft(name: str = "multi30k_ende", temperature: float = 0.0,
+               metrics: dict[str, Any] | None = None) -> str:
   """The shipped draft with the highest measured alpha on the pair's own test set at
   this temperature (0 or 1, the two measured; others use the nearer), from the model
-  card's measurements; 'draft' when none are recorded."""
-  info = pair_info(name)
+  card's measurements (or `metrics`, in its layout, while they are being measured);
+  'draft' when none are recorded."""
+  if metrics is None:
+    metrics = pair_info(name).get("metrics", {})
   key = "0" if temperature < 0.5 else "1"
-  alphas = {d: info.get("metrics", {}).get("alpha", {}).get(d, {})
-            .get("multi30k_test_2016", {}).get(key) for d in drafts(name)}
+  alphas = {d: metrics.get("alpha", {}).get(d, {}).get("multi30k_test_2016", {}).get(key)
+            for d in drafts(name)}
   alphas = {d: a for d, a in alphas.items() if a is not None}
   return max(alphas, key=alphas.get) if alphas else "draft"
 

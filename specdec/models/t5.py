@@ -1083,7 +1083,7 @@ class T5:
     if tokens.shape[1] > capacity:
       raise ValueError(f'tokens: a chunk of {tokens.shape[1]} exceeds the cache of '
                        f'{capacity} positions allocated by init(max_length)')
-    per_position = 1 < tokens.shape[1] <= self.per_position_logits
+    per_position = tokens.shape[1] <= self.per_position_logits  # k = 1: one product
     logits, caches = self._apply(Transformer.extend_decoder, tokens, state.lengths,
                                  state.caches, state.cross, state.encoder_mask,
                                  per_position_logits=per_position)
