@@ -556,3 +556,243 @@ def save_t5x(model_dir: str | os.PathLike, params: Mapping[str, Any], step: int)
   with open(os.path.join(ckpt_dir, T5X_LEGACY_FILE), 'wb') as f:
     f.write(serialization.msgpack_serialize(contents))
   return ckpt_dir
+
+
+# ------------------------------------------------------------------------------
+# Hugging Face Llama (`LlamaForCausalLM`): safetensors + config.json, both ways.
+# ------------------------------------------------------------------------------
+# Kept beside the functions that use it: the T5 loaders above need no Llama.
+from specdec.models import llama  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+HF_LLAMA_ARCHITECTURE = 'LlamaForCausalLM'
+HF_LLAMA_EMBEDDING = 'model.embed_tokens.weight'
+# Buffers of old transformers versions, recomputed from the config (never weights).
+HF_LLAMA_IGNORED = re.compile(r'^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$')
+# transformers' `LlamaConfig` defaults, for keys a config.json may omit.
+HF_LLAMA_DEFAULTS = {'rope_theta': 10000.0, 'rms_norm_eps': 1e-6,
+                     'max_position_embeddings': 2048, 'tie_word_embeddings': False,
+                     'hidden_act': 'silu'}
+
+
+def llama_hf_names(cfg: llama.LlamaConfig) -> dict[str, tuple[str, bool]]:
+  """{our flat key: (transformers state-dict name, transposed)} for every parameter.
+
+  transformers' `nn.Linear` weights are [out, in], our kernels [in, out]: transposed.
+  The query/key rows need no permutation: both sides use the `rotate_half` layout.
+  """
+  llama._check_config(cfg)  # pylint: disable=protected-access
+  names = {'token_embedder/embedding': (HF_LLAMA_EMBEDDING, False),
+           'final_norm/scale': ('model.norm.weight', False)}
+  if not cfg.tie_word_embeddings:
+    names['logits_dense/kernel'] = (HF_LM_HEAD, True)
+  for i in range(cfg.num_layers):
+    ours, theirs = f'layers_{i}', f'model.layers.{i}'
+    names[f'{ours}/pre_attention_norm/scale'] = (f'{theirs}.input_layernorm.weight',
+                                                 False)
+    names[f'{ours}/pre_mlp_norm/scale'] = (f'{theirs}.post_attention_layernorm.weight',
+                                           False)
+    for name, hf in (('query', 'q_proj'), ('key', 'k_proj'), ('value', 'v_proj'),
+                     ('out', 'o_proj')):
+      names[f'{ours}/attention/{name}/kernel'] = (f'{theirs}.self_attn.{hf}.weight', True)
+    for name, hf in (('wi_0', 'gate_proj'), ('wi_1', 'up_proj'), ('wo', 'down_proj')):
+      names[f'{ours}/mlp/{name}/kernel'] = (f'{theirs}.mlp.{hf}.weight', True)
+  return names
+
+
+def llama_expected_shapes(cfg: llama.LlamaConfig) -> dict[str, tuple[int, ...]]:
+  """{'layers_0/attention/key/kernel': shape, ...} of `cfg`."""
+  return {k: tuple(v.shape) for k, v in _flatten(llama.param_shapes(cfg)).items()}
+
+
+def llama_params_from_hf(tensors: Mapping[str, Any], cfg: llama.LlamaConfig, *,
+                         dtype: DTypeLike | None = None) -> Params:
+  """transformers `LlamaForCausalLM` state dict (numpy arrays) -> our parameter tree.
+
+  Args:
+    tensors: {name: array}, e.g. `model.layers.0.self_attn.q_proj.weight` [H hd, d].
+    cfg: the config they must match.
+    dtype: cast every parameter to this dtype (None keeps the stored dtypes).
+
+  Raises:
+    ValueError: naming the first missing tensor, unexpected tensor, or tensor whose
+      shape the config does not expect (both shapes, in transformers' layout); or a
+      tied config's `lm_head.weight` that is not a copy of the embedding.
+  """
+  dtype = _dtype(dtype)
+  names = llama_hf_names(cfg)
+  ours = {theirs: (key, transposed) for key, (theirs, transposed) in names.items()}
+  expected = llama_expected_shapes(cfg)
+  expected_hf = {theirs: expected[key][::-1] if transposed else expected[key]
+                 for theirs, (key, transposed) in ours.items()}
+  tied_head = cfg.tie_word_embeddings and HF_LM_HEAD in tensors
+  found = {name: tuple(np.shape(array)) for name, array in tensors.items()
+           if not HF_LLAMA_IGNORED.match(name) and not (tied_head and name == HF_LM_HEAD)}
+  _check_flat(found, expected_hf,
+              describe=lambda name: f'{name!r} (ours {ours[name][0]!r})' if name in ours
+              else repr(name))
+
+  def read(name: str) -> np.ndarray:
+    array = np.asarray(tensors[name])
+    return array if dtype is None else array.astype(dtype)
+
+  flat = {}
+  for name, (key, transposed) in ours.items():
+    array = read(name)
+    flat[key] = np.ascontiguousarray(array.T) if transposed else array
+  if tied_head:
+    head = np.asarray(tensors[HF_LM_HEAD])
+    if head.shape != expected_hf[HF_LLAMA_EMBEDDING] or not np.array_equal(
+        head, np.asarray(tensors[HF_LLAMA_EMBEDDING])):
+      raise ValueError(f'{HF_LM_HEAD!r} with shape {head.shape}: the config ties the '
+                       f'output layer to {HF_LLAMA_EMBEDDING!r} '
+                       f'{expected_hf[HF_LLAMA_EMBEDDING]}, but it differs from it')
+  return _unflatten(flat)
+
+
+def llama_params_to_hf(params: Mapping[str, Any],
+                       cfg: llama.LlamaConfig) -> dict[str, np.ndarray]:
+  """The inverse of `llama_params_from_hf`: {transformers name: numpy array}.
+
+  A tied config has no `lm_head.weight`, as transformers' `save_pretrained` writes it.
+  """
+  _check_flat({k: tuple(np.shape(v)) for k, v in _flatten(params).items()},
+              llama_expected_shapes(cfg), describe=repr)
+  flat = _flatten(params)
+  out = {}
+  for key, (theirs, transposed) in llama_hf_names(cfg).items():
+    array = np.asarray(flat[key])
+    out[theirs] = np.ascontiguousarray(array.T) if transposed else array
+  return out
+
+
+def llama_config_from_hf(config_json: Mapping[str, Any],
+                         dtype: DTypeLike = jnp.float32) -> llama.LlamaConfig:
+  """The `LlamaConfig` of a transformers Llama `config.json` dict.
+
+  Reads both transformers 4 (`rope_theta`, `rope_scaling`) and 5 (`rope_parameters`)
+  layouts; missing keys take transformers' `LlamaConfig` defaults. `dtype` is the
+  activation dtype of the result.
+
+  Raises:
+    ValueError: naming the key of anything this model does not implement (another
+      architecture, an activation other than SiLU, biases, RoPE scaling) or a
+      missing required key.
+  """
+  hf = dict(config_json)
+  model_type = hf.get('model_type', 'llama')
+  if model_type != 'llama':
+    raise ValueError(f"model_type {model_type!r} is not supported (only 'llama')")
+  architectures = hf.get('architectures') or [HF_LLAMA_ARCHITECTURE]
+  if HF_LLAMA_ARCHITECTURE not in architectures:
+    raise ValueError(f'architectures {architectures!r}: only '
+                     f'{HF_LLAMA_ARCHITECTURE!r} is supported')
+  act = hf.get('hidden_act', HF_LLAMA_DEFAULTS['hidden_act'])
+  if act != 'silu':
+    raise ValueError(f"hidden_act {act!r} is not supported (Llama's SwiGLU uses 'silu')")
+  for name in ('attention_bias', 'mlp_bias'):
+    if hf.get(name):
+      raise ValueError(f'{name}=True is not supported (the model has no biases)')
+  rope = dict(hf.get('rope_parameters') or {})
+  scaling = hf.get('rope_scaling') or {}
+  rope_type = rope.get('rope_type', scaling.get('rope_type', scaling.get('type',
+                                                                         'default')))
+  if rope_type != 'default':
+    raise ValueError(f'rope_scaling / rope_parameters: rope_type {rope_type!r} is not '
+                     "supported (only 'default', unscaled RoPE)")
+  theta = rope.get('rope_theta', hf.get('rope_theta', HF_LLAMA_DEFAULTS['rope_theta']))
+  try:
+    heads = hf['num_attention_heads']
+    return llama.LlamaConfig(
+        vocab_size=hf['vocab_size'], hidden_size=hf['hidden_size'],
+        intermediate_size=hf['intermediate_size'],
+        num_layers=hf['num_hidden_layers'], num_heads=heads,
+        num_kv_heads=hf.get('num_key_value_heads') or heads,
+        head_dim=hf.get('head_dim'), rope_theta=float(theta),
+        rms_norm_eps=float(hf.get('rms_norm_eps', HF_LLAMA_DEFAULTS['rms_norm_eps'])),
+        tie_word_embeddings=bool(hf.get('tie_word_embeddings',
+                                        HF_LLAMA_DEFAULTS['tie_word_embeddings'])),
+        max_position_embeddings=hf.get('max_position_embeddings',
+                                       HF_LLAMA_DEFAULTS['max_position_embeddings']),
+        dtype=_dtype(dtype))
+  except KeyError as e:
+    raise ValueError(f'the transformers config lacks {e.args[0]!r}') from e
+
+
+def llama_config_to_hf(cfg: llama.LlamaConfig) -> dict[str, Any]:
+  """A `config.json` dict for transformers' `LlamaForCausalLM`, as transformers 5
+  writes one (`rope_parameters`), with `rope_theta` also at the top level for
+  transformers 4. Token ids are left None: the config does not know them."""
+  llama._check_config(cfg)  # pylint: disable=protected-access
+  return {
+      'architectures': [HF_LLAMA_ARCHITECTURE],
+      'model_type': 'llama',
+      'vocab_size': cfg.vocab_size,
+      'hidden_size': cfg.hidden_size,
+      'intermediate_size': cfg.intermediate_size,
+      'num_hidden_layers': cfg.num_layers,
+      'num_attention_heads': cfg.num_heads,
+      'num_key_value_heads': cfg.num_kv_heads,
+      'head_dim': cfg.head_dim,
+      'hidden_act': 'silu',
+      'max_position_embeddings': cfg.max_position_embeddings,
+      'rms_norm_eps': cfg.rms_norm_eps,
+      'rope_parameters': {'rope_theta': cfg.rope_theta, 'rope_type': 'default'},
+      'rope_theta': cfg.rope_theta,
+      'tie_word_embeddings': cfg.tie_word_embeddings,
+      'attention_bias': False,
+      'attention_dropout': 0.0,
+      'mlp_bias': False,
+      'pretraining_tp': 1,
+      'use_cache': True,
+      'bos_token_id': None,
+      'eos_token_id': None,
+      'pad_token_id': None,
+      'dtype': jnp.dtype(cfg.dtype).name,
+  }
+
+
+def load_hf_llama(path: str | os.PathLike, *, dtype: DTypeLike | None = None
+                  ) -> tuple[llama.LlamaConfig, Params]:
+  """A transformers `LlamaForCausalLM` directory -> (config, parameter tree).
+
+  Args:
+    path: a directory with `config.json` and `model.safetensors` (or a sharded
+      `model.safetensors.index.json`), as `save_pretrained` writes them.
+    dtype: cast every parameter to this dtype and use it for activations; None keeps
+      the stored dtypes (float32, bfloat16, ...) with float32 activations.
+
+  Raises:
+    ValueError: see `llama_config_from_hf` and `llama_params_from_hf`; or a path
+      without those files.
+  """
+  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  path = os.fspath(path)
+  config_file = os.path.join(path, HF_CONFIG_FILE)
+  if not os.path.isfile(config_file):
+    raise ValueError(f'path: no {HF_CONFIG_FILE} in {path}')
+  with open(config_file) as f:
+    cfg = llama_config_from_hf(json.load(f), dtype=jnp.float32 if dtype is None
+                               else dtype)
+  tensors = {}
+  for file in _hf_files(path):
+    try:
+      with safe_open(file, framework='np') as handle:
+        for name in handle.keys():
+          tensors[name] = handle.get_tensor(name)
+    except Exception as e:  # safetensors raises its own error types.
+      raise ValueError(f'path: {file} is not a safetensors file: {e}') from e
+  return cfg, llama_params_from_hf(tensors, cfg, dtype=dtype)
+
+
+def save_hf_llama(path: str | os.PathLike, cfg: llama.LlamaConfig,
+                  params: Mapping[str, Any]) -> None:
+  """Writes `model.safetensors` and `config.json` that transformers' `LlamaForCausalLM
+  .from_pretrained` loads (and `load_hf_llama` reads back) into directory `path`."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  path = os.fspath(path)
+  tensors = llama_params_to_hf(params, cfg)
+  os.makedirs(path, exist_ok=True)
+  # transformers loads only files whose metadata says they hold PyTorch tensors.
+  save_file(tensors, os.path.join(path, HF_WEIGHTS_FILE), metadata={'format': 'pt'})
+  with open(os.path.join(path, HF_CONFIG_FILE), 'w') as f:
+    json.dump(llama_config_to_hf(cfg), f, indent=2)
