@@ -17,7 +17,6 @@ head of `q_proj` and `k_proj`; `unpermute_rope_rows` undoes it (as transformers'
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any, Mapping
 
@@ -287,7 +286,7 @@ def load_gguf(path: str | os.PathLike, dtype: DTypeLike = jnp.float32):
   from specdec import checkpoints  # pylint: disable=g-import-not-at-top
   reader = open_gguf(path)
   config = hf_config(reader)
-  cfg = dataclasses.replace(checkpoints.llama_config_from_hf(config), dtype=dtype)
+  cfg = checkpoints.llama_config_from_hf(config, dtype=dtype)
   params = checkpoints.llama_params_from_hf(
       hf_tensors(reader, config, np.dtype(dtype)), cfg)
   return cfg, params
