@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Mapping
 
 from flax import serialization, traverse_util
@@ -73,6 +74,48 @@ init = jax.jit(lambda model, inputs, max_length: model.init(inputs, max_length),
                static_argnums=2)
 extend = jax.jit(lambda model, state, tokens: model.extend(state, tokens))
 rewind = jax.jit(lambda model, state, lengths: model.rewind(state, lengths))
+
+
+def _hlo_computations(hlo_text: str) -> dict[str, list[str]]:
+  """{computation name: its instruction lines} of a compiled module's `as_text()`."""
+  computations, current = {}, None
+  for line in hlo_text.splitlines():
+    header = re.match(r'^(?:ENTRY )?%?([\w.\-]+) .*\{$', line)
+    if header:
+      current = computations.setdefault(header.group(1), [])
+    elif current is not None and line.startswith(' '):
+      current.append(line)
+  return computations
+
+
+def while_body_instructions(hlo_text: str) -> list[tuple[str, tuple[int, ...], str]]:
+  """(opcode, shape, line) of every instruction run inside a `while` body of the
+  compiled HLO `hlo_text`: the bodies and everything they call (fusions, nested
+  loops, reductions), found by name. Tuple-shaped instructions are left out."""
+  computations = _hlo_computations(hlo_text)
+  callee = re.compile(r'(?:calls|to_apply|body|condition)=%?([\w.\-]+)')
+  pending = [name for lines in computations.values() for line in lines
+             if ' while(' in line for name in re.findall(r'body=%?([\w.\-]+)', line)]
+  reached = set()
+  while pending:
+    name = pending.pop()
+    if name in reached or name not in computations:
+      continue
+    reached.add(name)
+    for line in computations[name]:
+      pending += callee.findall(line)
+      for branches in re.findall(r'branch_computations=\{([^}]*)\}', line):
+        pending += [b.strip().lstrip('%') for b in branches.split(',')]
+  instruction = re.compile(
+      r'\s*(?:ROOT )?%?[\w.\-]+ = \w+\[([\d,]*)\](?:\{[\d,:A-Z()]*\})? ([\w\-]+)\(')
+  found = []
+  for name in reached:
+    for line in computations[name]:
+      match = instruction.match(line)
+      if match:
+        dims = tuple(int(d) for d in match.group(1).split(',') if d)
+        found.append((match.group(2), dims, line))
+  return found
 
 
 def write_t5x_legacy(ckpt_dir: str, params: Mapping[str, Any], step: int = 1000,

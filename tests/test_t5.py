@@ -11,7 +11,7 @@ import specdec
 from specdec.models import t5
 from specdec.models.base import DecodeModel
 from t5_helpers import (MAX_LENGTH, extend, full_logits, init, random_inputs, rewind,
-                        standard_batch, tiny_model)
+                        standard_batch, tiny_model, while_body_instructions)
 
 TOL = dict(atol=2e-5, rtol=2e-5)
 GREEDY = specdec.SamplingConfig(temperature=0.0)
@@ -80,6 +80,13 @@ def test_chunked_equals_single_token_equals_full_forward(versioned, versioned_ba
   np.testing.assert_allclose(chunked, full, **TOL)
   np.testing.assert_allclose(chunked, single, **TOL)
   np.testing.assert_array_equal(model.lengths(state), [8, 8, 8])
+  # The caches hold the same keys and values; the slots never fed stay zero.
+  _, single_state = _feed(model, init(model, inputs, MAX_LENGTH), decoder_inputs,
+                          [1] * 8)
+  for chunked_kv, single_kv in zip(state.caches, single_state.caches):
+    for a, b in zip(chunked_kv, single_kv):
+      np.testing.assert_allclose(a, b, **TOL)
+      np.testing.assert_array_equal(a[:, 8:], 0.0)
 
 
 def test_per_position_logits_are_the_same_logits(versioned, versioned_batch):
@@ -118,6 +125,104 @@ def test_rows_at_different_positions_after_rewind(versioned, versioned_batch):
   # Rewind never moves a row forward.
   state = rewind(model, state, jnp.array([99, 0, 5], jnp.int32))
   np.testing.assert_array_equal(model.lengths(state), [8, 0, 5])
+
+
+def test_cache_write_sets_only_the_chunk_slots_and_drops_past_capacity():
+  """`_write_cache`: row b's slots positions[b] get the new keys exactly, every other
+  slot keeps its value, and slots past the capacity are dropped (a full row)."""
+  rng = np.random.default_rng(0)
+  cache = rng.standard_normal((3, 7, 2, 4)).astype(np.float32)
+  new = rng.standard_normal((3, 3, 2, 4)).astype(np.float32)
+  starts = np.array([0, 2, 5])  # Row 2's last slot, 7, is past the capacity.
+  positions = starts[:, None] + np.arange(3)
+  expected = cache.copy()
+  for b in range(3):
+    for j in range(3):
+      if positions[b, j] < 7:
+        expected[b, positions[b, j]] = new[b, j]
+  written = jax.jit(t5._write_cache)(cache, new, positions)
+  np.testing.assert_array_equal(written, expected)
+  bf16 = jax.jit(t5._write_cache)(jnp.asarray(cache, jnp.bfloat16), new, positions)
+  assert bf16.dtype == jnp.bfloat16
+  np.testing.assert_array_equal(bf16, jnp.asarray(expected, jnp.bfloat16))
+
+
+# A capacity no other dimension of the compiled decode has, so that the cache's shape
+# identifies cache-sized arrays in the HLO: max_new_tokens + gamma + 1 = 37.
+HLO_GAMMA, HLO_MAX_NEW_TOKENS, HLO_CAPACITY = 4, 32, 37
+# Ops that, at the cache's size, mean a whole-cache pass per call: T5X's one-hot
+# write (a dot, or a broadcast multiply for a 1-token chunk, then a select).
+WHOLE_CACHE_OPS = ('dot', 'convolution', 'select', 'multiply', 'add', 'broadcast')
+
+
+def cache_sized_ops_in_decode_loop(target, draft):
+  """{opcode: count} of the instructions inside the while bodies of a compiled greedy
+  `speculative_sample` of target and draft (their caches [3, 37, H, D]) whose output
+  has the cache's number of elements (any reshape or transpose of it), plus the
+  key 'copy_of_cache' for copies of exactly the cache's shape."""
+  cfg = target.config
+  inputs = random_inputs(3, 8, target.vocab_size, seed=11)
+  decode = jax.jit(lambda t, d, x: specdec.speculative_sample(
+      t, d, x, jax.random.key(0), gamma=HLO_GAMMA, max_new_tokens=HLO_MAX_NEW_TOKENS,
+      sampling=GREEDY).tokens)
+  text = decode.lower(target, draft, inputs).compile().as_text()
+  shape = (3, HLO_CAPACITY, cfg.num_heads, cfg.head_dim)
+  ops = {}
+  for op, dims, _ in while_body_instructions(text):
+    if dims == shape and op == 'copy':
+      op = 'copy_of_cache'
+    if np.prod(dims) == np.prod(shape) and HLO_CAPACITY in dims:
+      ops[op] = ops.get(op, 0) + 1
+  return ops
+
+
+def test_decode_loop_writes_only_the_new_cache_slots(model):
+  """Issue 11 section 3: in the compiled decode loop each extend writes its k slots
+  with a scatter, in place: no dot, multiply or select with the cache's size (T5X's
+  one-hot write, an O(T) pass per layer per call), and no copy of the cache."""
+  target = _one_layer(model)
+  ops = cache_sized_ops_in_decode_loop(target, _noisy(target))
+  # Keys and values of the draft's steps and of the target's verification chunk.
+  assert ops.get('scatter', 0) >= 4, ops
+  assert not set(ops) & set(WHOLE_CACHE_OPS + ('copy_of_cache',)), ops
+
+
+def test_out_of_range_ids_raise_when_concrete(model, batch):
+  """Issue 11 section 2: ids >= V or < 0 raise naming `inputs` / `tokens` (they would
+  read NaN rows of the embedding, or wrap while the mask counts them as padding)."""
+  inputs = np.asarray(batch[0])
+  vocab = model.vocab_size
+  state = init(model, batch[0], MAX_LENGTH)
+  for bad_id in (vocab, -1):
+    bad = inputs.copy()
+    bad[0, 2] = bad_id
+    on_device = jnp.asarray(bad)
+    for call in (lambda: model.init(bad, MAX_LENGTH), lambda: model.encode(bad),
+                 lambda: model.init(on_device, MAX_LENGTH),
+                 # Concrete ids closed over by a traced function are still checked.
+                 lambda: jax.eval_shape(lambda: model.init(on_device, 4))):
+      with pytest.raises(ValueError, match=rf'inputs.*\[{min(bad_id, 0)}, '):
+        call()
+    tokens = jnp.full((3, 1), bad_id, jnp.int32)
+    with pytest.raises(ValueError, match='tokens'):
+      jax.eval_shape(lambda: model.extend(state, tokens))
+  largest = jnp.full((3, 1), vocab - 1, jnp.int32)
+  jax.eval_shape(lambda: model.extend(state, largest))
+
+
+def test_traced_out_of_range_ids_are_clipped_not_nan(model, batch):
+  """Under jit the ids cannot raise: they are clipped into [0, V), so the logits are
+  finite and equal those of the clipped ids (V + 36 reads row V - 1, -5 row 0)."""
+  inputs, decoder_inputs, _ = batch
+  vocab = model.vocab_size
+  bad_inputs = inputs.at[0, 1].set(vocab + 36).at[2, 3].set(-5)
+  clipped_inputs = inputs.at[0, 1].set(vocab - 1).at[2, 3].set(0)
+  chunk = decoder_inputs[:, :3].at[1, 2].set(vocab).at[2, 0].set(-1)
+  clipped_chunk = decoder_inputs[:, :3].at[1, 2].set(vocab - 1).at[2, 0].set(0)
+  logits, _ = extend(model, init(model, bad_inputs, MAX_LENGTH), chunk)
+  expected, _ = extend(model, init(model, clipped_inputs, MAX_LENGTH), clipped_chunk)
+  assert np.isfinite(logits).all()
+  np.testing.assert_array_equal(logits, expected)
 
 
 def test_t5x_decode_mode_takes_chunks(model, batch):

@@ -15,8 +15,13 @@ tokens, so they sit at different positions. `T5` implements `DecodeModel` with
 * the encoder run once per input and every decoder layer's encoder-decoder attention
   keys/values computed once, in `init`;
 * a self-attention cache with one position per row, which `extend` advances by a chunk
-  of k tokens (causal inside the chunk, relative-position bias rows for the chunk) and
-  `rewind` moves back per row.
+  of k tokens (causal inside the chunk, relative-position bias rows for the chunk),
+  writing only the chunk's k slots (a scatter, where T5X's one-hot write passes over
+  the whole cache), and `rewind` moves back per row.
+
+A chunk's logits equal single steps' up to float rounding, so greedy speculative
+decoding reproduces the greedy decode except at near-ties of the top two logits (see
+`T5.extend` for the exact statement).
 
 Attention logits and softmax are computed in float32 whatever the activation dtype.
 """
@@ -329,10 +334,17 @@ class Embed(nn.Module):
                                      jnp.float32, axes=('vocab', 'embed'))
 
   def __call__(self, inputs: Array) -> Array:
-    """inputs: int[...] -> [..., features] in `dtype`."""
+    """inputs: int[...] -> [..., features] in `dtype`.
+
+    Ids outside [0, num_embeddings) are clipped into it (a negative id reads row 0,
+    the padding id, which is also how the attention masks count it; an id >= V reads
+    row V - 1): `jnp.take`'s default fill would make them NaN, and a traced id cannot
+    raise. `T5` raises `ValueError` for such ids when they are concrete.
+    """
     if not jnp.issubdtype(inputs.dtype, jnp.integer):
       raise TypeError(f'token ids must be integers, got {inputs.dtype}')
-    return jnp.take(jnp.asarray(self.embedding, self.dtype), inputs, axis=0)
+    return jnp.take(jnp.asarray(self.embedding, self.dtype), inputs, axis=0,
+                    mode='clip')
 
   def attend(self, query: Array) -> Array:
     """query: [..., features] -> [..., num_embeddings], in `attend_dtype`."""
@@ -561,7 +573,7 @@ class DecoderLayer(nn.Module):
     return self._cross_attention_and_mlp(x, *self.cross_kv(encoded), cross_bias,
                                          deterministic)
 
-  def extend(self, inputs: Array, cache: tuple[Array, Array], write: Array,
+  def extend(self, inputs: Array, cache: tuple[Array, Array], positions: Array,
              cross: tuple[Array, Array], self_bias: Array, cross_bias: Array | None,
              deterministic: bool) -> tuple[Array, tuple[Array, Array]]:
     """Feeds a chunk against this layer's cache.
@@ -569,8 +581,7 @@ class DecoderLayer(nn.Module):
     Args:
       inputs: [B, k, E], the chunk's residual stream.
       cache: (key, value), each [B, T, H, D].
-      write: float one-hot [B, k, T] of the chunk's cache slots (all zero where a
-        slot is past the capacity T).
+      positions: int32[B, k], the chunk's cache slots (those >= T are dropped).
       cross: encoder-decoder (key, value), each [B, S, H, D].
       self_bias: float32 [B, H, k, T], relative position and causal/stale mask.
       cross_bias: float32 broadcastable to [B, H, k, S], encoder padding.
@@ -581,27 +592,39 @@ class DecoderLayer(nn.Module):
     """
     x = self.pre_self_attention_layer_norm(inputs)
     new_key, new_value = self.self_attention.project_kv(x)
-    cache = tuple(_write_cache(c, new, write) for c, new in zip(cache, (new_key,
-                                                                        new_value)))
+    cache = tuple(_write_cache(c, new, positions)
+                  for c, new in zip(cache, (new_key, new_value)))
     x = self.self_attention.attend(x, *cache, self_bias, deterministic)
     x = self.dropout(x, deterministic=deterministic) + inputs
     return self._cross_attention_and_mlp(x, *cross, cross_bias, deterministic), cache
 
 
-def _write_cache(cache: Array, new: Array, write: Array) -> Array:
-  """cache[b, t] = new[b, j] wherever write[b, j, t] == 1, elsewhere unchanged.
+def _write_cache(cache: Array, new: Array, positions: Array) -> Array:
+  """cache[b, positions[b, j]] = new[b, j]; every other slot is unchanged.
 
-  A one-hot contraction rather than a scatter (T5X's trick): exact, one term per sum,
-  and it partitions like the cache itself.
+  A scatter of the k new slots per row, which XLA performs in place on the
+  loop-carried cache: O(k) memory traffic per call, where T5X's one-hot contraction
+  (`einsum('bkt,bkhd->bthd')` and a select) reads and writes the whole cache,
+  O(T). Slots at or past T are dropped (`mode='drop'`): a full row keeps what it
+  has. The positions of a row are distinct and ascending, so the scatter needs no
+  atomics. It is a per-row scatter under `vmap`, i.e. one with the batch as an
+  operand batching dimension: XLA's SPMD partitioner keeps a cache sharded over
+  'batch' (each device writes its own rows) and over 'heads' (a window dimension,
+  written shard by shard) without gathering it.
 
   Args:
     cache: [B, T, H, D].
     new: [B, k, H, D].
-    write: [B, k, T], one-hot rows.
+    positions: int[B, k], slot of each new row; >= 0.
+
+  Returns:
+    [B, T, H, D] in cache's dtype.
   """
-  scattered = jnp.einsum('bkt,bkhd->bthd', write.astype(new.dtype), new)
-  written = jnp.any(write > 0, axis=1)[:, :, None, None]
-  return jnp.where(written, scattered.astype(cache.dtype), cache)
+  def write_row(row: Array, values: Array, slots: Array) -> Array:
+    return row.at[slots].set(values.astype(row.dtype), mode='drop',
+                             indices_are_sorted=True, unique_indices=True)
+
+  return jax.vmap(write_row)(cache, new, positions)
 
 
 class Encoder(nn.Module):
@@ -710,15 +733,14 @@ class Decoder(nn.Module):
     capacity = caches[0][0].shape[1]
     query_positions = lengths[:, None] + jnp.arange(tokens.shape[1])  # [B, k]
     key_positions = jnp.arange(capacity)  # [T]
-    write = jax.nn.one_hot(query_positions, capacity, dtype=jnp.float32)  # [B, k, T]
     visible = key_positions[None, None, :] <= query_positions[:, :, None]  # [B, k, T]
     self_bias = (self.relpos_bias(query_positions, key_positions, False)
                  + mask_to_bias(visible)[:, None])  # [B, H, k, T]
     y = self._embed(tokens, deterministic)
     new_caches = []
     for layer, cache, layer_cross in zip(self.layers, caches, cross):
-      y, cache = layer.extend(y, cache, write, layer_cross, self_bias, cross_bias,
-                              deterministic)
+      y, cache = layer.extend(y, cache, query_positions, layer_cross, self_bias,
+                              cross_bias, deterministic)
       new_caches.append(cache)
     return self._logits(y, deterministic, per_position_logits), tuple(new_caches)
 
@@ -977,12 +999,27 @@ def state_logical_axes(state: T5State) -> T5State:
                  encoder_mask=spec('batch', 'length'), lengths=spec('batch'))
 
 
-def _check_tokens(name: str, tokens: Any) -> None:
+def _check_tokens(name: str, tokens: Any, vocab_size: int | None = None) -> None:
+  """Raises naming `name` unless `tokens` is an int array [batch, length] whose ids,
+  when concrete and `vocab_size` is given, are in [0, vocab_size).
+
+  Traced ids cannot be checked; `Embed` clips them (see there), so they never make
+  NaN. Checking a concrete device array reads back its min and max (one small
+  transfer per call); the samplers trace their models, so they never pay it.
+  """
   if not hasattr(tokens, 'ndim') or tokens.ndim != 2:
     raise ValueError(f'{name} must be an int array [batch, length], got '
                      f'{getattr(tokens, "shape", type(tokens).__name__)}')
   if not jnp.issubdtype(tokens.dtype, jnp.integer):
     raise TypeError(f'{name} must hold integer token ids, got dtype {tokens.dtype}')
+  if vocab_size is None or isinstance(tokens, jax.core.Tracer) or tokens.size == 0:
+    return
+  # Eager even when a concrete array is closed over by a function being traced.
+  with jax.ensure_compile_time_eval():
+    low, high = int(jnp.min(tokens)), int(jnp.max(tokens))
+  if low < 0 or high >= vocab_size:
+    raise ValueError(f'{name} holds token ids in [{low}, {high}], outside '
+                     f'[0, {vocab_size}) (vocab_size={vocab_size})')
 
 
 @flax.struct.dataclass
@@ -1043,20 +1080,30 @@ class T5:
     return self.module.apply({'params': self.params}, *args, method=method, **kwargs)
 
   def encode(self, inputs: Array) -> Array:
-    """inputs: int[B, S] -> encoded [B, S, E], without dropout."""
-    _check_tokens('inputs', inputs)
+    """inputs: int[B, S] -> encoded [B, S, E], without dropout.
+
+    Raises ValueError naming `inputs` for concrete ids outside [0, V); traced ids
+    there are clipped into it (`Embed`).
+    """
+    _check_tokens('inputs', inputs, self.vocab_size)
+    return self._encode(inputs)
+
+  def _encode(self, inputs: Array) -> Array:
     return self._apply(Transformer.encode, inputs, enable_dropout=False)
 
   def init(self, inputs: Array, max_length: int) -> T5State:
-    """Encodes `inputs` [B, S] and allocates `max_length` decoder positions."""
-    _check_tokens('inputs', inputs)
+    """Encodes `inputs` [B, S] and allocates `max_length` decoder positions.
+
+    Ids as in `encode`: concrete ones outside [0, V) raise, traced ones are clipped.
+    """
+    _check_tokens('inputs', inputs, self.vocab_size)
     if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
       raise ValueError(f'max_length must be a positive int, got {max_length!r}')
     if self.max_decode_length is not None and max_length > self.max_decode_length:
       raise ValueError(f'max_length={max_length} exceeds this model\'s '
                        f'max_decode_length={self.max_decode_length}')
     cfg = self.config
-    encoded = self.encode(inputs)
+    encoded = self._encode(inputs)
     batch = inputs.shape[0]
     kv_shape = (batch, max_length, cfg.num_heads, cfg.head_dim)
     empty = tuple((jnp.zeros(kv_shape, cfg.dtype), jnp.zeros(kv_shape, cfg.dtype))
@@ -1073,10 +1120,23 @@ class T5:
   def extend(self, state: T5State, tokens: Array) -> tuple[Array, T5State]:
     """tokens: int[B, k] -> (float32 logits [B, k, V], state advanced by k).
 
-    A row whose cache is full drops the keys it cannot store; the samplers size the
-    cache (`init`'s max_length) so that this never happens.
+    Writes only the chunk's k slots of each row's cache (`_write_cache`). A row whose
+    cache is full drops the keys it cannot store; the samplers size the cache
+    (`init`'s max_length) so that this never happens. Concrete ids outside [0, V)
+    raise ValueError naming `tokens`; traced ones are clipped into it (`Embed`).
+
+    Chunks and single steps. The logits of a chunk equal those of feeding its tokens
+    one at a time up to floating-point rounding only: the same sums, in another
+    order (a [k, E] x [E, V] product, attention over the chunk's keys). On a tiny
+    float32 T5 they differ by ~1e-6. Greedy speculative decoding (Section 2.3) is
+    token-for-token the target's greedy decode exactly when every argmax it takes
+    on a verification chunk is the argmax of the single-step logits, i.e. unless the
+    top two logits at some position are within that rounding of each other. In
+    float32 such near-ties are rare; in bfloat16 the rounding is ~1e-2 of the
+    logits' scale and ties can flip (`scripts/bench_identity.py` measures the
+    identity rate and the top-1 minus top-2 gap at each mismatch).
     """
-    _check_tokens('tokens', tokens)
+    _check_tokens('tokens', tokens, self.vocab_size)
     batch, capacity = state.caches[0][0].shape[:2]
     if tokens.shape[0] != batch:
       raise ValueError(f'tokens has batch {tokens.shape[0]}, the state has {batch}')
