@@ -1,4 +1,4 @@
-"""Logits to sampling distributions: temperature, top-k, nucleus (top-p), greedy.
+"""Logits to sampling distributions (temperature, top-k, top-p, greedy) and draws.
 
 Section 2.3 of Leviathan et al. (2023): speculative sampling stays exact for any
 sampling scheme that is a transform of the model's distribution, provided the *same*
@@ -6,17 +6,24 @@ transform is applied to p (target) and q (draft) before Algorithm 1 runs. This m
 is that transform. Temperature is applied first, then top-k, then top-p; temperature
 0 is greedy decoding, i.e. a one-hot distribution at the argmax. Everything is
 computed in float32 whatever the logits' dtype, and never returns NaN: NaN logits are
-treated as -inf, and a row with no finite logit becomes uniform.
+treated as -inf, and a row with no finite logit becomes uniform (`nonfinite` counts
+such positions, so that a model emitting NaN is noticed rather than decoded).
+
+`sample_categorical` and `uniform` are the random draws of Algorithm 1. Both are exact
+to float32 precision for every token, however rare: no draw is quantized to the 2^-23
+grid of a float32 uniform (see `sample_categorical`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 
@@ -41,17 +48,25 @@ class SamplingConfig:
   top_p: Optional[float] = None
 
   def __post_init__(self):
+    # Python and numpy scalars alike; stored as Python numbers, so that equal
+    # settings hash equal and share one compiled decode.
     t = self.temperature
-    if (isinstance(t, bool) or not isinstance(t, (int, float))
+    if (isinstance(t, (bool, np.bool_)) or not isinstance(t, numbers.Real)
         or math.isnan(t) or math.isinf(t) or t < 0):
       raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
+    object.__setattr__(self, "temperature", float(t))
     k = self.top_k
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-      raise ValueError(f"top_k must be None or an int >= 1, got {k!r}")
+    if k is not None:
+      if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ValueError(f"top_k must be None or an int >= 1, got {k!r}")
+      object.__setattr__(self, "top_k", int(k))
     p = self.top_p
-    if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float))
-                          or math.isnan(p) or not 0.0 < p <= 1.0):
-      raise ValueError(f"top_p must be None or in (0, 1], got {p!r}")
+    if p is not None:
+      if (isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real)
+          or math.isnan(p) or not 0.0 < p <= 1.0):
+        raise ValueError(f"top_p must be None or in (0, 1], got {p!r}")
+      # top_p = 1 keeps every token: the same transform as None.
+      object.__setattr__(self, "top_p", None if p == 1 else float(p))
 
   @property
   def greedy(self) -> bool:
@@ -62,6 +77,17 @@ class SamplingConfig:
     if self.top_k is not None and self.top_k > vocab_size:
       raise ValueError(
           f"top_k must be <= the vocabulary size {vocab_size}, got {self.top_k}")
+
+  def normalized(self, vocab_size: int) -> "SamplingConfig":
+    """The same transform in one canonical form: top_k = V keeps every token (None).
+
+    The samplers compile once per canonical form, so top_k = V and None (like top_p
+    = 1 and None, unified at construction) share one compiled decode.
+    """
+    self.validate_vocab(vocab_size)
+    if self.top_k is not None and self.top_k == vocab_size:
+      return dataclasses.replace(self, top_k=None)
+    return self
 
 
 def _sanitize(logits: Array) -> Array:
@@ -92,7 +118,25 @@ def _top_p_mask(probs: Array, top_p: float) -> Array:
   return probs >= threshold
 
 
-_ARGMAX_BLOCK = 128
+# Long vocabularies are handled in two levels, over blocks of BLOCK tokens and then
+# within one block: a pass over all V values, then work on ~V / BLOCK + BLOCK values.
+BLOCK = 128
+
+
+def blocks(values: Array, fill: float) -> Array:
+  """values [..., V] -> [..., ceil(V / BLOCK), BLOCK], padded at the end with `fill`."""
+  size = values.shape[-1]
+  num_blocks = -(-size // BLOCK)
+  padding = num_blocks * BLOCK - size
+  if padding:
+    values = jnp.pad(values, [(0, 0)] * (values.ndim - 1) + [(0, padding)],
+                     constant_values=fill)
+  return values.reshape(values.shape[:-1] + (num_blocks, BLOCK))
+
+
+def _take_block(values: Array, block: Array) -> Array:
+  """values [..., N, BLOCK], block int32[...] -> values[..., block, :]."""
+  return jnp.take_along_axis(values, block[..., None, None], axis=-2)[..., 0, :]
 
 
 def _first_argmax_flat(values: Array) -> Array:
@@ -106,24 +150,17 @@ def first_argmax(values: Array) -> Array:
   """int32[...]: index of the first maximum along the last axis (as `jnp.argmax`).
 
   A max-reduce, a compare and a min-reduce of indices, which on XLA's CPU is faster
-  than `jnp.argmax`'s variadic reduce; over a long axis in two levels: the maximum of
-  each block of 128 (the one pass over all values), the first block holding the
+  than `jnp.argmax`'s variadic reduce; over a long axis in two levels (`blocks`): the
+  maximum of each block (the one pass over all values), the first block holding the
   overall maximum, then the first maximum within that block -- the same index, at
   about half the cost at V = 32128, where it runs at every drafted and verified
   position. Values should be NaN-free (`greedy_tokens` sanitizes them).
   """
-  size = values.shape[-1]
-  if size <= 2 * _ARGMAX_BLOCK:
+  if values.shape[-1] <= 2 * BLOCK:
     return _first_argmax_flat(values)
-  num_blocks = -(-size // _ARGMAX_BLOCK)
-  padding = num_blocks * _ARGMAX_BLOCK - size
-  if padding:  # -inf after the last value: never the first maximum.
-    values = jnp.pad(values, [(0, 0)] * (values.ndim - 1) + [(0, padding)],
-                     constant_values=-jnp.inf)
-  blocks = values.reshape(values.shape[:-1] + (num_blocks, _ARGMAX_BLOCK))
-  block = _first_argmax_flat(jnp.max(blocks, axis=-1))
-  chosen = jnp.take_along_axis(blocks, block[..., None, None], axis=-2)[..., 0, :]
-  return block * _ARGMAX_BLOCK + _first_argmax_flat(chosen)
+  grouped = blocks(values, -jnp.inf)  # -inf padding is never the first maximum.
+  block = _first_argmax_flat(jnp.max(grouped, axis=-1))
+  return block * BLOCK + _first_argmax_flat(_take_block(grouped, block))
 
 
 def greedy_tokens(logits: Array) -> Array:
@@ -155,3 +192,73 @@ def probabilities(logits: Array, sampling: SamplingConfig) -> Array:
     probs = jnp.where(_top_p_mask(probs, sampling.top_p), probs, 0.0)
     probs = probs / jnp.sum(probs, axis=-1, keepdims=True)
   return probs
+
+
+def nonfinite(logits: Array) -> Array:
+  """bool[...]: positions of logits [..., V] that are not a valid distribution.
+
+  True where any logit is NaN or +inf, or where no logit is finite. -inf alone is a
+  legitimate mask (a token the model rules out) and is not counted. Such positions
+  are decoded anyway (`probabilities` never returns NaN); the samplers count them in
+  their stats so that a broken model is noticed.
+  """
+  bad = jnp.isnan(logits) | (logits == jnp.inf)
+  return jnp.any(bad, axis=-1) | ~jnp.any(jnp.isfinite(logits), axis=-1)
+
+
+# ----------------------------------------------------------------------------- draws
+
+
+def _gumbel(key: Array, shape: tuple[int, ...]) -> Array:
+  """Standard Gumbel noise, float32, accurate in both tails.
+
+  `mode="highest"` builds each draw from 64 random bits in fixed point and uses
+  log1p where it matters, so the noise is correct to float32 precision out to about
+  +-44 (probabilities down to ~1e-19) instead of being cut off at the 2^-23 grid of
+  a float32 uniform (about +16.6 / -4.5).
+  """
+  return jax.random.gumbel(key, shape, jnp.float32, mode="highest")
+
+
+def uniform(key: Array, shape: tuple[int, ...]) -> Array:
+  """float32 U(0, 1) draws with full relative precision near 0.
+
+  exp(-exp(-G)) for G ~ Gumbel(0, 1) (the Gumbel CDF of a Gumbel draw): P(u < a) = a
+  to float32 precision for every a >= ~1e-19, where `jax.random.uniform`'s values
+  are multiples of 2^-23 (so P(u < a) = 2^-23 for any 0 < a < 2^-23). Algorithm 1's
+  test r < p(x)/q(x) needs this when p(x) << q(x).
+  """
+  return jnp.exp(-jnp.exp(-_gumbel(key, shape)))
+
+
+def _sample_row(key: Array, probs: Array) -> Array:
+  """One token from float32 probs [V] (unnormalized is fine). int32[]."""
+  size = probs.shape[-1]
+  log = lambda x: jnp.log(jnp.maximum(x, 0.0))  # log(0) = -inf: never drawn
+  if size <= 2 * BLOCK:
+    return _first_argmax_flat(log(probs) + _gumbel(key, (size,)))
+  block_key, token_key = jax.random.split(key)
+  grouped = blocks(probs, 0.0)
+  mass = jnp.sum(grouped, axis=-1)
+  block = _first_argmax_flat(log(mass) + _gumbel(block_key, mass.shape))
+  chosen = grouped[block]
+  within = _first_argmax_flat(log(chosen) + _gumbel(token_key, (BLOCK,)))
+  return block * BLOCK + within
+
+
+def sample_categorical(keys: Array, probs: Array) -> Array:
+  """One token per row: keys [B] (one PRNG key per row), probs float32[B, V] -> int32[B].
+
+  Exact to float32 precision for every token. Gumbel-max (argmax of log p + G, as
+  `jax.random.categorical`, T5X and Gemma sample) in two independent levels: a block
+  of `BLOCK` tokens with probability m_b / sum(m), m_b its summed probability, then a
+  token of that block with probability p_i / m_b. The product is p_i / sum(p) up to
+  the float32 rounding of the block sums (relative error ~1e-7, at most 127 ulp) and
+  of log p + G (~1e-6 relative), for tokens of any size down to ~1e-19 of their block
+  (`_gumbel`'s range) -- where inverting a CDF with one float32 uniform rounds every
+  token to a multiple of 2^-23 and never draws most tokens below it. Zero-probability
+  tokens have key -inf and are never drawn, on any backend (no cumulative sums, whose
+  order of summation differs between CPU, GPU and TPU). Random bits: ~V / BLOCK +
+  BLOCK Gumbels per draw instead of V, and no search loops.
+  """
+  return jax.vmap(_sample_row)(keys, probs.astype(jnp.float32))

@@ -12,6 +12,14 @@ that every output sequence has exactly Mp's distribution (Appendix A.1), taking
   4. Correct: t ~ norm(max(0, p_{n+1} - q_{n+1})) if n < gamma, else t ~ p_{gamma+1}
      (the same formula with q_{gamma+1} = 0); commit x_1..x_n, t.
 
+Every random draw is exact to float32 precision for every token, however rare
+(`distributions.sample_categorical`, `distributions.uniform`), so the output law is
+Mp's at any vocabulary size, not Mp's rounded to a 2^-23 grid.
+
+Lenience (Appendix A.5, opt-in, off by default): with l < 1, step 3 accepts iff
+r_i l q_i(x_i) < p_i(x_i) and step 4 samples norm(max(0, p - l q)); no token then has
+probability above p(x) / l, but the output is no longer Mp's (see `speculative_sample`).
+
 The whole decode is one `lax.while_loop` inside one `jax.jit`; the draft steps are a
 `lax.scan` inside it. Rows advance independently (each has its own n, position and
 random key) and stop on EOS or `max_new_tokens`; a finished row stops changing.
@@ -32,8 +40,14 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specdec.distributions import SamplingConfig, greedy_tokens, probabilities
-from specdec.models.base import DecodeModel
+import math
+import numbers
+
+import numpy as np
+
+from specdec.distributions import (SamplingConfig, greedy_tokens, nonfinite,
+                                   probabilities, sample_categorical, uniform)
+from specdec.models.base import DecodeModel, write_rows
 
 Array = jax.Array
 
@@ -59,6 +73,14 @@ class SpeculativeStats:
     beta_count: int32[B], how many positions `beta_sum` holds.
     rejected: int32[B], iterations that ended in a rejection (n < gamma); the others
       accepted all gamma drafts.
+    nonfinite: int32[B], positions (draft steps and verified positions) whose logits
+      held a NaN or +inf or no finite value (`distributions.nonfinite`). Non-zero
+      means a model is broken: such positions are decoded from sanitized logits
+      (uniform when nothing is finite), never as NaN.
+
+  With lenience l < 1, beta is sum_x min(p(x) / l, q(x)) (Appendix A.5) at
+  temperature > 0, and [p(x_i) >= l max p] at temperature 0: alpha_hat estimates the
+  lenient acceptance rate.
   """
 
   iterations: Array
@@ -67,6 +89,7 @@ class SpeculativeStats:
   beta_sum: Array
   beta_count: Array
   rejected: Array
+  nonfinite: Array
 
   @property
   def alpha_hat(self) -> Array:
@@ -95,9 +118,12 @@ class AutoregressiveStats:
 
   Attributes:
     iterations: int32[B], target calls (one token each).
+    nonfinite: int32[B], target positions whose logits held a NaN or +inf or no
+      finite value (see `SpeculativeStats.nonfinite`).
   """
 
   iterations: Array
+  nonfinite: Array
 
 
 @flax.struct.dataclass
@@ -109,73 +135,65 @@ class SampleOutput:
       row's length.
     lengths: int32[B], generated tokens per row, EOS included.
     stats: `SpeculativeStats` or `AutoregressiveStats`.
+    log_probs: float32[B, max_new_tokens], log p(token) of each output token under
+      the target's sampling distribution (temperature, top-k and top-p applied: the
+      p that Algorithm 1 verifies against, floored at log 1e-30), 0 past a row's
+      length; all 0 at temperature 0. Summed over a row, this is T5X's
+      `temperature_sample` score (rescale_log_probs=True, its default), read from the
+      verification pass rather than from another forward pass.
   """
 
   tokens: Array
   lengths: Array
   stats: Any
+  log_probs: Optional[Array] = None
+
+  @property
+  def scores(self) -> Array:
+    """float32[B]: the log-probability of each row's output (sum of `log_probs`)."""
+    return jnp.sum(self.log_probs, axis=-1)
 
 
 # ------------------------------------------------------------- Algorithm 1, piece by piece
 
 
-def residual(p: Array, q: Array) -> Array:
-  """norm(max(0, p - q)) over the last axis, falling back to p when it has no mass.
+def residual(p: Array, q: Array, lenience: float = 1.0) -> Array:
+  """norm(max(0, p - l q)) over the last axis, falling back to p when it has no mass.
 
-  The distribution a rejected position is resampled from (Algorithm 1). With q = 0
-  it is p itself, which is how the all-accepted case samples from p_{gamma+1}.
+  The distribution a rejected position is resampled from (Algorithm 1; with
+  lenience l < 1, Appendix A.5). With q = 0 it is p itself, which is how the
+  all-accepted case samples from p_{gamma+1}. For l < 1 it always has mass
+  (sum(p - l q) = 1 - l > 0), so the fallback is only for l = 1 and p == q.
   """
-  diff = jnp.maximum(p - q, 0.0)
+  diff = jnp.maximum(p - _scale(q, lenience), 0.0)
   mass = jnp.sum(diff, axis=-1, keepdims=True)
   has_mass = mass > _MIN_RESIDUAL_MASS
   return jnp.where(has_mass, diff / jnp.where(has_mass, mass, 1.0), p)
 
 
-def accepts(r: Array, p_x: Array, q_x: Array) -> Array:
-  """Accept x_i iff r_i < p_i(x_i) / q_i(x_i), computed as r_i q_i(x_i) < p_i(x_i)."""
-  return r * q_x < p_x
+def accepts(r: Array, p_x: Array, q_x: Array, lenience: float = 1.0) -> Array:
+  """Accept x_i iff r_i < p_i(x_i) / (l q_i(x_i)), computed as r_i l q_i(x_i) < p_i(x_i).
+
+  l = 1 is Algorithm 1; l < 1 is Appendix A.5's lenient test. r must be exact near 0
+  (`distributions.uniform`) for the test to be exact when p(x) << q(x).
+  """
+  return r * _scale(q_x, lenience) < p_x
+
+
+def beta(p: Array, q: Array, lenience: float = 1.0) -> Array:
+  """sum_x min(p(x) / l, q(x)) over the last axis: the chance that x ~ q is accepted
+  (Corollary 3.6; with lenience, Appendix A.5)."""
+  return jnp.sum(jnp.minimum(_scale(p, 1.0 / lenience), q), axis=-1)
+
+
+def _scale(x: Array, factor: float) -> Array:
+  # A static factor of 1 leaves x untouched: l = 1 is bit for bit Algorithm 1.
+  return x if factor == 1.0 else x * factor
 
 
 def num_accepted(accepted: Array) -> Array:
   """n: the number of leading True values along the last axis. int32[...]."""
   return jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=-1), axis=-1)
-
-
-_SAMPLE_BLOCK = 128
-
-
-def _last_positive(values: Array) -> Array:
-  """int32[B]: the last index along axis 1 where values > 0 (0 if none)."""
-  index = jnp.arange(values.shape[-1], dtype=jnp.int32)
-  return jnp.maximum(jnp.max(jnp.where(values > 0, index, -1), axis=-1), 0)
-
-
-def _sample_rows(keys: Array, probs: Array) -> Array:
-  """One token per row by inverting the CDF: keys [B], probs float32[B, V] -> int32[B].
-
-  One uniform u per row rather than V Gumbel draws (which cost more than a small
-  model's step at V = 32128). Token i is drawn when u * total falls in
-  [cdf[i-1], cdf[i]), an empty interval when p_i = 0. The CDF is inverted in two
-  levels, over blocks of 128 tokens and then within the chosen block, because a full
-  cumulative sum over V is slow on XLA's CPU (a reduce-window); the clips to the last
-  block / token of positive probability only guard float rounding.
-  """
-  batch, vocab = probs.shape
-  size = min(_SAMPLE_BLOCK, vocab)
-  num_blocks = -(-vocab // size)
-  blocks = jnp.pad(probs, ((0, 0), (0, num_blocks * size - vocab))).reshape(
-      batch, num_blocks, size)
-  block_mass = jnp.sum(blocks, axis=-1)
-  block_cdf = jnp.cumsum(block_mass, axis=-1)
-  u = jax.vmap(lambda k: jax.random.uniform(k, ()))(keys) * block_cdf[:, -1]
-  block = jax.vmap(lambda c, x: jnp.searchsorted(c, x, side="right"))(block_cdf, u)
-  block = jnp.minimum(block, _last_positive(block_mass)).astype(jnp.int32)
-  below = jnp.where(block > 0, _take_position(block_cdf, jnp.maximum(block - 1, 0)), 0.0)
-  chosen = _take_position(blocks, block)
-  within = jax.vmap(lambda c, x: jnp.searchsorted(c, x, side="right"))(
-      jnp.cumsum(chosen, axis=-1), u - below)
-  within = jnp.minimum(within, _last_positive(chosen)).astype(jnp.int32)
-  return block * size + within
 
 
 def _take(probs: Array, tokens: Array) -> Array:
@@ -188,14 +206,28 @@ def _take_position(values: Array, index: Array) -> Array:
   return jax.vmap(lambda v, i: v[i])(values, index)
 
 
+def _wrap_raw_key(rng: Array) -> Array:
+  """A raw uint32 key array as a typed key: the default PRNG implementation's shape
+  first (threefry: [..., 2]), else rbg's [..., 4] (`jax.random.key_impl` names)."""
+  if rng.dtype != jnp.uint32:
+    raise ValueError(
+        "rng must be a PRNG key (jax.random.key or PRNGKey), or one per row; got "
+        f"dtype {rng.dtype}, shape {rng.shape}")
+  try:
+    return jax.random.wrap_key_data(rng)
+  except (TypeError, ValueError) as default_error:
+    if rng.shape[-1:] == (4,):
+      return jax.random.wrap_key_data(rng, impl="rbg")
+    raise ValueError(
+        f"rng: a raw key of shape {rng.shape} fits no PRNG implementation "
+        f"({default_error}); pass jax.random.key(...) or jax.random.PRNGKey(...)"
+    ) from default_error
+
+
 def _row_keys(rng: Array, batch: int) -> Array:
   """One typed PRNG key per row, from one key (folded with the row index) or [B]."""
   if not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
-    if rng.dtype != jnp.uint32 or rng.shape[-1:] != (2,):
-      raise ValueError(
-          "rng must be a PRNG key (jax.random.key or PRNGKey), or one per row; got "
-          f"dtype {rng.dtype}, shape {rng.shape}")
-    rng = jax.random.wrap_key_data(rng)
+    rng = _wrap_raw_key(rng)
   if rng.shape == ():
     return jax.vmap(lambda b: jax.random.fold_in(rng, b))(jnp.arange(batch))
   if rng.shape == (batch,):
@@ -212,66 +244,102 @@ def _iteration_keys(row_keys: Array, iterations: Array, num: int) -> Array:
 
 def _draft(draft: DecodeModel, state: Any, pending: Array, num_pending: Array,
            keys: Array, sampling: SamplingConfig, gamma: int):
-  """Step 1: gamma draft steps. Returns x int32[B, gamma], q float32[B, gamma, V]
-  (None at temperature 0, where q_i is one-hot at x_i).
+  """Step 1: gamma draft steps.
 
   The first step feeds the 2-token chunk `pending` of which `num_pending` [B] (1 or
   2) tokens are real; the logits of the last real one give q_1, and the cache is
   rewound past the placeholder.
+
+  Returns:
+    x: int32[B, gamma], x_i ~ q_i.
+    q: float32[B, gamma, V], q_1..q_gamma (None at temperature 0, where q_i is
+      one-hot at x_i and the tokens are all the rest needs).
+    bad: int32[B], draft positions with non-finite logits (`nonfinite`).
+    state: the draft's state, holding the chunk's real tokens and x_1..x_{gamma-1}.
   """
   start = draft.lengths(state)
   logits, state = draft.extend(state, pending)
   state = draft.rewind(state, start + num_pending)
-  if sampling.greedy:
-    # Temperature 0: q is one-hot at x, so the tokens are all the rest needs.
-    def greedy_step(carry, _):
-      state, x_prev = carry
-      logits, state = draft.extend(state, x_prev[:, None])
-      x = greedy_tokens(logits[:, 0])
-      return (state, x), x
+  logits1 = _take_position(logits, num_pending - 1)
 
-    x1 = greedy_tokens(_take_position(logits, num_pending - 1))
-    (state, _), xs = jax.lax.scan(greedy_step, (state, x1), None, length=gamma - 1)
-    return jnp.concatenate([x1[:, None], jnp.swapaxes(xs, 0, 1)], axis=1), None, state
-
-  q1 = probabilities(_take_position(logits, num_pending - 1), sampling)
-  x1 = _sample_rows(keys[:, 0], q1)
+  def draw(step_logits, key):
+    if sampling.greedy:
+      return greedy_tokens(step_logits), None
+    q = probabilities(step_logits, sampling)
+    return sample_categorical(key, q), q
 
   def step(carry, step_keys):
     state, x_prev = carry
     logits, state = draft.extend(state, x_prev[:, None])
-    q = probabilities(logits[:, 0], sampling)
-    x = _sample_rows(step_keys, q)
-    return (state, x), (x, q)
+    x, q = draw(logits[:, 0], step_keys)
+    return (state, x), (x, q, nonfinite(logits[:, 0]))
 
-  (state, _), (xs, qs) = jax.lax.scan(step, (state, x1), jnp.swapaxes(keys[:, 1:], 0, 1))
+  x1, q1 = draw(logits1, keys[:, 0])
+  (state, _), (xs, qs, bads) = jax.lax.scan(step, (state, x1),
+                                            jnp.swapaxes(keys[:, 1:], 0, 1))
   x = jnp.concatenate([x1[:, None], jnp.swapaxes(xs, 0, 1)], axis=1)
+  bad = nonfinite(logits1).astype(jnp.int32) + jnp.sum(bads, axis=0, dtype=jnp.int32)
+  if sampling.greedy:
+    return x, None, bad, state
   q = jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
-  return x, q, state
+  return x, q, bad, state
 
 
-def speculative_step(p: Array, q: Array, x: Array, r: Array, key: Array):
+def speculative_step(p: Array, q: Array, x: Array, r: Array, key: Array,
+                     lenience: float = 1.0):
   """Steps 3 and 4 of Algorithm 1 for a batch of rows.
 
   Args:
     p: float32[B, gamma + 1, V], target distributions p_1..p_{gamma+1}.
     q: float32[B, gamma, V], draft distributions q_1..q_gamma.
     x: int32[B, gamma], draft tokens, x_i ~ q_i.
-    r: float32[B, gamma], uniforms r_i ~ U(0, 1).
+    r: float32[B, gamma], uniforms r_i ~ U(0, 1), exact near 0 (`uniform`).
     key: [B] PRNG keys for the corrected token.
+    lenience: l in (0, 1] (static); 1 is Algorithm 1, l < 1 Appendix A.5.
 
   Returns:
     n: int32[B], accepted draft tokens (0..gamma).
-    t: int32[B], the token sampled from norm(max(0, p_{n+1} - q_{n+1})) (or from
+    t: int32[B], the token sampled from norm(max(0, p_{n+1} - l q_{n+1})) (or from
       p_{gamma+1} when n = gamma).
-    beta: float32[B, gamma], sum_x min(p_i, q_i) at each drafted position.
+    beta: float32[B, gamma], sum_x min(p_i / l, q_i) at each drafted position.
   """
   gamma = x.shape[1]
-  n = num_accepted(accepts(r, _take(p[:, :gamma], x), _take(q, x)))
-  q_padded = jnp.concatenate([q, jnp.zeros_like(q[:, :1])], axis=1)  # q_{gamma+1} = 0
-  t = _sample_rows(key, residual(_take_position(p, n), _take_position(q_padded, n)))
-  beta = jnp.sum(jnp.minimum(p[:, :gamma], q), axis=-1)
-  return n, t, beta
+  n = num_accepted(accepts(r, _take(p[:, :gamma], x), _take(q, x), lenience))
+  # q_{gamma+1} = 0: row n of q, zeroed where n = gamma, without padding q.
+  q_n = _take_position(q, jnp.minimum(n, gamma - 1)) * (n < gamma)[:, None]
+  t = sample_categorical(key, residual(_take_position(p, n), q_n, lenience))
+  return n, t, beta(p[:, :gamma], q, lenience)
+
+
+def lenient_greedy_step(logits: Array, x: Array, sampling: SamplingConfig,
+                        lenience: float):
+  """Appendix A.5's temperature-0 variant: accept x_i iff p_i(x_i) >= l max(p_i).
+
+  The paper prints "p(x) <= l * max(p)", which would accept exactly the unlikely
+  tokens; it is read here as p(x) >= l max(p), which at l = 1 accepts the argmax
+  only. p is the target's own distribution at temperature 1 after `sampling`'s top-k
+  and top-p (temperature 0 itself is one-hot and offers no ratio; top-k / top-p are
+  the user's statement of which tokens are allowed at all). The ratio p(x) / max(p)
+  does not depend on that distribution's normalization. A rejected or fully
+  accepted iteration continues with the target's greedy token, as at l = 1.
+
+  Args:
+    logits: [B, gamma + 1, V], the target's verification logits.
+    x: int32[B, gamma], the draft's greedy tokens.
+    sampling: the (greedy) sampling config; its top_k / top_p apply.
+    lenience: l in (0, 1).
+
+  Returns:
+    (n, t, beta) as `greedy_step`, with beta_i = [x_i is accepted].
+  """
+  gamma = x.shape[1]
+  target_tokens = greedy_tokens(logits)
+  clean = probabilities(logits[:, :gamma], SamplingConfig(
+      temperature=1.0, top_k=sampling.top_k, top_p=sampling.top_p))
+  p_x = _take(clean, x)
+  ok = (p_x > 0) & (p_x >= lenience * jnp.max(clean, axis=-1))
+  n = num_accepted(ok)
+  return n, _take_position(target_tokens, n), ok.astype(jnp.float32)
 
 
 def greedy_step(target_tokens: Array, x: Array):
@@ -308,6 +376,8 @@ class _SpeculativeState:
     num_pending: int32[B], real tokens in `pending` (1 or 2).
     tokens: int32[B, max_new_tokens + gamma + 1], committed tokens; each iteration
       writes gamma + 1 slots at the row's position, of which n + 1 are real.
+    log_probs: float32[B, max_new_tokens + gamma + 1], log p of each committed token
+      (written as `tokens` is).
     num_generated: int32[B], committed tokens per row (EOS included, capped at EOS).
     done: bool[B], the row has hit EOS or max_new_tokens.
     row_keys: [B] PRNG keys.
@@ -320,6 +390,7 @@ class _SpeculativeState:
   pending: Array
   num_pending: Array
   tokens: Array
+  log_probs: Array
   num_generated: Array
   done: Array
   row_keys: Array
@@ -335,23 +406,29 @@ def _first_eos(chunk: Array, valid: Array, eos_id: Optional[int]) -> Array:
   return jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), k).astype(jnp.int32)
 
 
-def _write_rows(buffer: Array, chunk: Array, starts: Array) -> Array:
-  return jax.vmap(lambda row, c, s: jax.lax.dynamic_update_slice(row, c, (s,)))(
-      buffer, chunk, starts)
+# log p below this is reported as log(1e-30): a token the sampling transform rules
+# out is never emitted, but rounding can leave p(t) = 0 for a token it emitted.
+_LOG_FLOOR = 1e-30
 
 
-def _finalize(tokens: Array, num_generated: Array, max_new_tokens: int):
+def _log_probs(probs_at_tokens: Array) -> Array:
+  return jnp.log(jnp.maximum(probs_at_tokens, _LOG_FLOOR))
+
+
+def _finalize(tokens: Array, log_probs: Array, num_generated: Array,
+              max_new_tokens: int):
   """Truncate to max_new_tokens and zero everything past each row's length."""
   lengths = jnp.minimum(num_generated, max_new_tokens)
-  tokens = tokens[:, :max_new_tokens]
-  tokens = jnp.where(jnp.arange(max_new_tokens) < lengths[:, None], tokens, 0)
-  return tokens, lengths
+  valid = jnp.arange(max_new_tokens) < lengths[:, None]
+  tokens = jnp.where(valid, tokens[:, :max_new_tokens], 0)
+  log_probs = jnp.where(valid, log_probs[:, :max_new_tokens], 0.0)
+  return tokens, log_probs, lengths
 
 
 @functools.partial(jax.jit, static_argnames=("gamma", "max_new_tokens", "sampling",
-                                             "eos_id"))
+                                             "eos_id", "lenience"))
 def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampling,
-                     eos_id):
+                     eos_id, lenience=1.0):
   batch = inputs.shape[0]
   capacity = max_new_tokens + gamma + 1
   start = target.start_tokens(inputs)
@@ -363,12 +440,13 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
       pending=jnp.stack([start, start], axis=1),
       num_pending=jnp.ones((batch,), jnp.int32),
       tokens=jnp.zeros((batch, capacity), jnp.int32),
+      log_probs=jnp.zeros((batch, capacity), jnp.float32),
       num_generated=zeros,
       done=jnp.zeros((batch,), bool),
       row_keys=_row_keys(rng, batch),
       stats=SpeculativeStats(iterations=zeros, drafted=zeros, accepted=zeros,
                              beta_sum=jnp.zeros((batch,), jnp.float32),
-                             beta_count=zeros, rejected=zeros))
+                             beta_count=zeros, rejected=zeros, nonfinite=zeros))
 
   def cond_fn(s: _SpeculativeState):
     return jnp.any(~s.done)
@@ -379,21 +457,29 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
     draft_start = draft.lengths(s.draft_state)
     target_start = target.lengths(s.target_state)
 
-    x, q, draft_state = _draft(draft, s.draft_state, s.pending, s.num_pending,
-                               keys[:, :gamma], sampling, gamma)
+    x, q, draft_bad, draft_state = _draft(draft, s.draft_state, s.pending,
+                                          s.num_pending, keys[:, :gamma], sampling,
+                                          gamma)
     logits, target_state = target.extend(
         s.target_state, jnp.concatenate([s.last[:, None], x], axis=1))
-    if sampling.greedy:
-      n, t, beta = greedy_step(greedy_tokens(logits), x)
+    if sampling.greedy and lenience == 1.0:
+      n, t, betas = greedy_step(greedy_tokens(logits), x)
+    elif sampling.greedy:
+      n, t, betas = lenient_greedy_step(logits, x, sampling, lenience)
     else:
       p = probabilities(logits, sampling)
-      r = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(keys[:, gamma])
-      n, t, beta = speculative_step(p, q, x, r, keys[:, gamma + 1])
+      r = jax.vmap(lambda k: uniform(k, (gamma,)))(keys[:, gamma])
+      n, t, betas = speculative_step(p, q, x, r, keys[:, gamma + 1], lenience)
+    bad = draft_bad + jnp.sum(nonfinite(logits), axis=1, dtype=jnp.int32)
 
     # Commit x_1..x_n, t: the chunk's slots past n hold t too and are never read.
     positions = jnp.arange(gamma + 1)
     chunk = jnp.where(positions[None] < n[:, None],
                       jnp.concatenate([x, x[:, :1]], axis=1), t[:, None])
+    if sampling.greedy:
+      chunk_log_probs = jnp.zeros(chunk.shape, jnp.float32)
+    else:
+      chunk_log_probs = _log_probs(_take(p, chunk))
     eos_at = _first_eos(chunk, positions[None] <= n[:, None], eos_id)
     hit_eos = eos_at <= n
     num_generated = s.num_generated + jnp.where(hit_eos, eos_at, n) + 1
@@ -407,9 +493,17 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
         iterations=s.stats.iterations + active,
         drafted=s.stats.drafted + gamma * active,
         accepted=s.stats.accepted + n * active,
-        beta_sum=s.stats.beta_sum + jnp.sum(jnp.where(on_path, beta, 0.0), axis=1) * active,
+        beta_sum=s.stats.beta_sum + jnp.sum(jnp.where(on_path, betas, 0.0), axis=1) * active,
         beta_count=s.stats.beta_count + jnp.minimum(n + 1, gamma) * active,
-        rejected=s.stats.rejected + ((n < gamma) & active).astype(jnp.int32))
+        rejected=s.stats.rejected + ((n < gamma) & active).astype(jnp.int32),
+        nonfinite=s.stats.nonfinite + bad * active)
+    # The draft's cache after this iteration holds every committed token but the
+    # ones it is owed (the next `pending`). It was fed the old pending's real tokens
+    # (s.num_pending of them, all committed earlier) and then x_1..x_{gamma-1}, one
+    # per scan step (x_gamma is sampled, never fed). Of those, x_1..x_n are now
+    # committed, but only x_1..x_{min(n, gamma-1)} were fed: so it keeps
+    # draft_start + s.num_pending + min(n, gamma - 1) tokens. On a rejection (n <
+    # gamma) it owes [t]; on a full accept (n = gamma) it owes [x_gamma, t].
     return _SpeculativeState(
         target_state=target.rewind(target_state, keep(target_start + n + 1, target_start)),
         draft_state=draft.rewind(
@@ -418,15 +512,19 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
         last=keep(t, s.last),
         pending=keep(jnp.stack([jnp.where(full, x[:, -1], t), t], axis=1), s.pending),
         num_pending=keep(1 + full.astype(jnp.int32), s.num_pending),
-        tokens=keep(_write_rows(s.tokens, chunk, s.num_generated), s.tokens),
+        tokens=keep(write_rows(s.tokens, chunk, s.num_generated), s.tokens),
+        log_probs=keep(write_rows(s.log_probs, chunk_log_probs, s.num_generated),
+                       s.log_probs),
         num_generated=keep(num_generated, s.num_generated),
         done=s.done | hit_eos | (num_generated >= max_new_tokens),
         row_keys=s.row_keys,
         stats=stats)
 
   s = jax.lax.while_loop(cond_fn, body_fn, state)
-  tokens, lengths = _finalize(s.tokens, s.num_generated, max_new_tokens)
-  return SampleOutput(tokens=tokens, lengths=lengths, stats=s.stats)
+  tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated,
+                                         max_new_tokens)
+  return SampleOutput(tokens=tokens, lengths=lengths, stats=s.stats,
+                      log_probs=log_probs)
 
 
 @flax.struct.dataclass
@@ -436,10 +534,12 @@ class _AutoregressiveState:
   target_state: Any
   last: Array
   tokens: Array
+  log_probs: Array
   num_generated: Array
   done: Array
   row_keys: Array
   iterations: Array
+  nonfinite: Array
 
 
 @functools.partial(jax.jit, static_argnames=("max_new_tokens", "sampling", "eos_id"))
@@ -450,10 +550,12 @@ def _autoregressive_jit(target, inputs, rng, *, max_new_tokens, sampling, eos_id
       target_state=target.init(inputs, max_new_tokens + 1),
       last=target.start_tokens(inputs),
       tokens=jnp.zeros((batch, max_new_tokens), jnp.int32),
+      log_probs=jnp.zeros((batch, max_new_tokens), jnp.float32),
       num_generated=zeros,
       done=jnp.zeros((batch,), bool),
       row_keys=_row_keys(rng, batch),
-      iterations=zeros)
+      iterations=zeros,
+      nonfinite=zeros)
 
   def cond_fn(s: _AutoregressiveState):
     return jnp.any(~s.done)
@@ -465,35 +567,55 @@ def _autoregressive_jit(target, inputs, rng, *, max_new_tokens, sampling, eos_id
     keys = _iteration_keys(s.row_keys, s.iterations, 1)[:, 0]
     if sampling.greedy:
       t = greedy_tokens(logits[:, 0])
+      log_p = jnp.zeros(t.shape, jnp.float32)
     else:
-      t = _sample_rows(keys, probabilities(logits[:, 0], sampling))
+      p = probabilities(logits[:, 0], sampling)
+      t = sample_categorical(keys, p)
+      log_p = _log_probs(_take(p[:, None], t[:, None])[:, 0])
     hit_eos = jnp.zeros_like(active) if eos_id is None else t == eos_id
     num_generated = s.num_generated + active
-    tokens = _write_rows(s.tokens, t[:, None], jnp.minimum(s.num_generated,
-                                                           max_new_tokens - 1))
+    slot = jnp.minimum(s.num_generated, max_new_tokens - 1)
+    tokens = write_rows(s.tokens, t[:, None], slot)
+    log_probs = write_rows(s.log_probs, log_p[:, None], slot)
     return _AutoregressiveState(
         target_state=target.rewind(target_state, jnp.where(active, start + 1, start)),
         last=jnp.where(active, t, s.last),
         tokens=jnp.where(active[:, None], tokens, s.tokens),
+        log_probs=jnp.where(active[:, None], log_probs, s.log_probs),
         num_generated=num_generated,
         done=s.done | (active & hit_eos) | (num_generated >= max_new_tokens),
         row_keys=s.row_keys,
-        iterations=s.iterations + active)
+        iterations=s.iterations + active,
+        nonfinite=s.nonfinite + (nonfinite(logits[:, 0]) & active).astype(jnp.int32))
 
   s = jax.lax.while_loop(cond_fn, body_fn, state)
-  tokens, lengths = _finalize(s.tokens, s.num_generated, max_new_tokens)
+  tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated,
+                                         max_new_tokens)
   return SampleOutput(tokens=tokens, lengths=lengths,
-                      stats=AutoregressiveStats(iterations=s.iterations))
+                      stats=AutoregressiveStats(iterations=s.iterations,
+                                                nonfinite=s.nonfinite),
+                      log_probs=log_probs)
 
 
 # ------------------------------------------------------------------- public entry points
 
 
-def _check_positive_int(name: str, value: Any) -> None:
-  if isinstance(value, bool) or not isinstance(value, int):
+def check_positive_int(name: str, value: Any) -> int:
+  """`value` as an int >= 1 (Python or numpy integer), or an error naming `name`."""
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
     raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
   if value < 1:
     raise ValueError(f"{name} must be >= 1, got {value}")
+  return int(value)
+
+
+def check_lenience(lenience: Any) -> float:
+  """`lenience` as a float in (0, 1], or a ValueError naming it (Appendix A.5)."""
+  if (isinstance(lenience, (bool, np.bool_)) or not isinstance(lenience, numbers.Real)
+      or math.isnan(lenience) or not 0.0 < lenience <= 1.0):
+    raise ValueError(f"lenience must be a number in (0, 1] (1: exact Algorithm 1), "
+                     f"got {lenience!r}")
+  return float(lenience)
 
 
 def _check_common(model: DecodeModel, name: str, inputs: Any, max_new_tokens: Any,
@@ -501,7 +623,7 @@ def _check_common(model: DecodeModel, name: str, inputs: Any, max_new_tokens: An
   if not isinstance(model, DecodeModel):
     raise TypeError(f"{name} must implement specdec.models.DecodeModel, got "
                     f"{type(model).__name__}")
-  _check_positive_int("max_new_tokens", max_new_tokens)
+  check_positive_int("max_new_tokens", max_new_tokens)
   if not isinstance(sampling, SamplingConfig):
     raise TypeError(f"sampling must be a specdec.SamplingConfig, got "
                     f"{type(sampling).__name__}")
@@ -516,7 +638,7 @@ def _check_common(model: DecodeModel, name: str, inputs: Any, max_new_tokens: An
   if shape[0] < 1 or shape[1] < 1:
     raise ValueError(f"inputs must be non-empty, got shape {tuple(shape)}")
   if eos_id is not None:
-    if isinstance(eos_id, bool) or not isinstance(eos_id, int):
+    if isinstance(eos_id, (bool, np.bool_)) or not isinstance(eos_id, numbers.Integral):
       raise TypeError(f"eos_id must be an int or None, got {eos_id!r}")
     if not 0 <= eos_id < model.vocab_size:
       raise ValueError(f"eos_id must be in [0, {model.vocab_size}), got {eos_id}")
@@ -525,7 +647,8 @@ def _check_common(model: DecodeModel, name: str, inputs: Any, max_new_tokens: An
 def speculative_sample(target: DecodeModel, draft: DecodeModel, inputs: Array,
                        rng: Array, *, gamma: int, max_new_tokens: int,
                        sampling: SamplingConfig = SamplingConfig(),
-                       eos_id: Optional[int] = None) -> SampleOutput:
+                       eos_id: Optional[int] = None,
+                       lenience: float = 1.0) -> SampleOutput:
   """Samples from the target Mp with speculative decoding (Algorithm 1).
 
   Exactly Mp's output distribution (Appendix A.1) under `sampling` applied to both
@@ -544,13 +667,22 @@ def speculative_sample(target: DecodeModel, draft: DecodeModel, inputs: Array,
     max_new_tokens: generated tokens per row at most, >= 1.
     sampling: temperature / top-k / top-p, applied identically to p and q.
     eos_id: a token that ends a row (kept in the output), or None.
+    lenience: l in (0, 1], static; 1 (the default) is Algorithm 1, exact. l < 1 is
+      Appendix A.5's opt-in relaxation, NOT lossless: at temperature > 0 a draft is
+      accepted iff r l q(x) < p(x) and a rejection resamples norm(max(0, p - l q)),
+      so that no token is emitted with probability above p(x) / l (and there is no
+      lower bound: tokens the draft under-proposes can lose probability, so
+      diversity can drop); at temperature 0 a draft token is accepted iff
+      p(x) >= l max(p) (`lenient_greedy_step`). The acceptance rate rises to
+      alpha_l = E[sum_x min(p(x) / l, q(x))] (`theory.acceptance`).
 
   Returns:
-    `SampleOutput` with tokens int32[B, max_new_tokens], lengths int32[B] and
-    `SpeculativeStats`. Both models are asked for max_new_tokens + gamma + 1 positions
-    beyond their inputs.
+    `SampleOutput` with tokens int32[B, max_new_tokens], lengths int32[B],
+    `SpeculativeStats` and log_probs. Both models are asked for max_new_tokens +
+    gamma + 1 positions beyond their inputs.
   """
-  _check_positive_int("gamma", gamma)
+  gamma = check_positive_int("gamma", gamma)
+  lenience = check_lenience(lenience)
   _check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
   _check_common(draft, "draft", inputs, max_new_tokens, sampling, eos_id)
   if target.vocab_size != draft.vocab_size:
@@ -558,8 +690,10 @@ def speculative_sample(target: DecodeModel, draft: DecodeModel, inputs: Array,
                      f"({draft.vocab_size}) differ: Algorithm 1 compares p and q "
                      "token by token")
   return _speculative_jit(target, draft, inputs, rng, gamma=gamma,
-                          max_new_tokens=max_new_tokens, sampling=sampling,
-                          eos_id=eos_id)
+                          max_new_tokens=int(max_new_tokens),
+                          sampling=sampling.normalized(target.vocab_size),
+                          eos_id=None if eos_id is None else int(eos_id),
+                          lenience=lenience)
 
 
 def autoregressive_sample(target: DecodeModel, inputs: Array, rng: Array, *,
@@ -573,5 +707,6 @@ def autoregressive_sample(target: DecodeModel, inputs: Array, rng: Array, *,
   equal token for token.
   """
   _check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
-  return _autoregressive_jit(target, inputs, rng, max_new_tokens=max_new_tokens,
-                             sampling=sampling, eos_id=eos_id)
+  return _autoregressive_jit(target, inputs, rng, max_new_tokens=int(max_new_tokens),
+                             sampling=sampling.normalized(target.vocab_size),
+                             eos_id=None if eos_id is None else int(eos_id))

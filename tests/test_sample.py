@@ -228,7 +228,8 @@ def test_negative_control_accepting_every_draft_is_detected(monkeypatch):
   sampling, gamma, eos_id = SEQUENCE_CASES["temperature_1"]
   target_table, draft_table = toy_tables(seed=7)
   dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, eos_id)
-  monkeypatch.setattr(sample_lib, "accepts", lambda r, p_x, q_x: jnp.ones_like(r, bool))
+  monkeypatch.setattr(sample_lib, "accepts",
+                      lambda r, p_x, q_x, lenience=1.0: jnp.ones_like(r, bool))
   jax.clear_caches()
   try:
     samples, _ = draw_sequences(bigram_model(target_table), bigram_model(draft_table),

@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 State = Any
@@ -81,7 +82,22 @@ class CausalLMState:
   lengths: Array
 
 
-def _write_rows(buffer: Array, chunk: Array, starts: Array) -> Array:
+def check_token_ids(name: str, tokens: Any, vocab_size: int) -> None:
+  """Raises ValueError naming `name` if concrete `tokens` hold an id outside [0, V).
+
+  Traced tokens (inside `jax.jit`) cannot be checked; models clip them into range
+  before any lookup, so that they never turn into NaN logits.
+  """
+  if isinstance(tokens, jax.core.Tracer):
+    return
+  values = np.asarray(tokens)
+  if values.size and (values.min() < 0 or values.max() >= vocab_size):
+    bad = values[(values < 0) | (values >= vocab_size)]
+    raise ValueError(f"{name} holds token ids outside the vocabulary [0, {vocab_size}): "
+                     f"{sorted(set(bad.ravel().tolist()))[:8]}")
+
+
+def write_rows(buffer: Array, chunk: Array, starts: Array) -> Array:
   """buffer[b, starts[b]:starts[b]+k] = chunk[b] for every row b."""
   return jax.vmap(lambda row, c, s: jax.lax.dynamic_update_slice(row, c, (s,)))(
       buffer, chunk, starts)
@@ -139,6 +155,7 @@ class CausalLM:
     return self.logits_fn(tokens, self.params)
 
   def init(self, inputs: Array, max_length: int) -> CausalLMState:
+    check_token_ids("inputs", inputs, self.vocab_size)
     batch, prompt_len = inputs.shape
     total = prompt_len + max_length
     if self.max_length is not None and total > self.max_length:
@@ -154,8 +171,9 @@ class CausalLM:
     return inputs[:, -1].astype(jnp.int32)
 
   def extend(self, state: CausalLMState, tokens: Array) -> tuple[Array, CausalLMState]:
+    check_token_ids("tokens", tokens, self.vocab_size)
     k = tokens.shape[1]
-    buffer = _write_rows(state.tokens, tokens.astype(jnp.int32), state.lengths)
+    buffer = write_rows(state.tokens, tokens.astype(jnp.int32), state.lengths)
     logits = _read_rows(self._logits(buffer), state.lengths, k)
     return logits, CausalLMState(tokens=buffer, lengths=state.lengths + k)
 
