@@ -283,8 +283,13 @@ def load_gguf(path: str | os.PathLike, dtype: DTypeLike = jnp.float32):
   Raises:
     ValueError: see `open_gguf`, `hf_config` and `hf_tensors`.
   """
+  return load_gguf_reader(open_gguf(path), dtype)
+
+
+def load_gguf_reader(reader, dtype: DTypeLike = jnp.float32):
+  """`load_gguf` from an open `gguf.GGUFReader` (`open_gguf`), e.g. one that also gives
+  the tokenizer (`specdec.tokenizer.Tokenizer.from_reader`)."""
   from specdec import checkpoints  # pylint: disable=g-import-not-at-top
-  reader = open_gguf(path)
   config = hf_config(reader)
   cfg = checkpoints.llama_config_from_hf(config, dtype=dtype)
   params = checkpoints.llama_params_from_hf(
