@@ -15,11 +15,24 @@ in float32 and bfloat16. It prints a table and writes JSON. A measurement script
 a test; run e.g.
 
   python scripts/bench_t5.py --repeats=5 --output=/tmp/bench_t5.json
+
+`--write_compare` measures instead the cost of the decode cache's write (issue 11,
+section 3): ms per draft step (one 1-token `extend` of every row, its greedy token fed
+back, inside a compiled `lax.fori_loop`) against a cache of `--cache_length`
+positions, with the landed write (a scatter of the new slots) and with T5X's one-hot
+contraction over the whole cache, which T5 used before (kept here only for this
+comparison). The two programs are timed in turn, in alternating order, and the
+minimum over `--rounds` is reported:
+
+  python scripts/bench_t5.py --write_compare --config=t5_small --dtypes=float32 \
+    --batch=64 --cache_length=512 --output=out/bench_t5_write.json
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import statistics
 import time
@@ -48,6 +61,15 @@ _DECODE_TOKENS = flags.DEFINE_integer('decode_tokens', 64,
 _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed calls per measurement.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the random weights and tokens.')
 _OUTPUT = flags.DEFINE_string('output', 'bench_t5.json', 'Where to write the JSON.')
+_WRITE_COMPARE = flags.DEFINE_bool(
+    'write_compare', False, 'Time draft steps with the scatter cache write against '
+    'the one-hot write instead of the chunk/encoder/memory measurements.')
+_CACHE_LENGTH = flags.DEFINE_integer('cache_length', 512,
+                                     '--write_compare: decoder positions of the cache.')
+_LOOP_STEPS = flags.DEFINE_integer('loop_steps', 16,
+                                   '--write_compare: draft steps per compiled call.')
+_ROUNDS = flags.DEFINE_integer('rounds', 7,
+                               '--write_compare: timed calls of each write, in turn.')
 
 
 def _seconds(fn: Callable[[], Any], repeats: int) -> dict[str, float]:
@@ -101,6 +123,101 @@ def _measure(model: t5.T5, rng: np.random.Generator) -> dict[str, Any]:
           'decode_memory_bytes': memory}
 
 
+def _one_hot_write(cache: jax.Array, new: jax.Array, positions: jax.Array) -> jax.Array:
+  """T5's cache write before issue 11 (T5X's one-hot contraction), for comparison only:
+  a dot with a cache-sized output and a select over the whole cache."""
+  write = jax.nn.one_hot(positions, cache.shape[1], dtype=jnp.float32)  # [B, k, T]
+  scattered = jnp.einsum('bkt,bkhd->bthd', write.astype(new.dtype), new)
+  written = jnp.any(write > 0, axis=1)[:, :, None, None]
+  return jnp.where(written, scattered.astype(cache.dtype), cache)
+
+
+@contextlib.contextmanager
+def _cache_write(fn: Callable[..., jax.Array]):
+  """Traces T5 with `fn` as its cache write."""
+  landed = t5._write_cache  # pylint: disable=protected-access
+  t5._write_cache = fn  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    t5._write_cache = landed  # pylint: disable=protected-access
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _draft_steps(model: t5.T5, state: t5.T5State, first: jax.Array, steps: int,
+                 write: Callable[..., jax.Array]) -> tuple[jax.Array, jax.Array]:
+  """`steps` greedy 1-token extends with `write` as the cache write, each rewound to
+  the same position (so every step costs the same); returns (the last tokens
+  int32[B], the written caches' sum). `write` is static: one trace per write."""
+  start = state.lengths
+
+  def step(_, carry):
+    token, state = carry
+    logits, state = model.extend(state, token[:, None])
+    return jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32), model.rewind(state, start)
+
+  with _cache_write(write):
+    token, state = jax.lax.fori_loop(0, steps, step, (first, state))
+  return token, sum(jnp.sum(k.astype(jnp.float32)) for k, _ in state.caches)
+
+
+def _write_compare(model: t5.T5, rng: np.random.Generator) -> dict[str, Any]:
+  """ms per draft step with each cache write (see the module docstring)."""
+  vocab, batch, capacity = model.vocab_size, _BATCH.value, _CACHE_LENGTH.value
+  inputs = jnp.asarray(rng.integers(2, vocab, (batch, _INPUT_LENGTH.value)), jnp.int32)
+  first = jnp.asarray(rng.integers(2, vocab, (batch,)), jnp.int32)
+  state = jax.jit(lambda m, x: m.init(x, capacity))(model, inputs)
+  # Every row writes slot T - 1 and attends to all T: the cost of a full cache (its
+  # values, zeros here, do not change it).
+  state = state.replace(lengths=jnp.full((batch,), capacity - 1, jnp.int32))
+  compiled, outputs = {}, {}
+  for name, write in (('scatter', t5._write_cache),  # pylint: disable=protected-access
+                      ('one_hot', _one_hot_write)):
+    compiled[name] = _draft_steps.lower(model, state, first, _LOOP_STEPS.value,
+                                        write).compile()
+    if name == 'one_hot' and ' scatter(' in compiled[name].as_text():
+      raise RuntimeError('the one-hot program still scatters: T5 was not retraced')
+    outputs[name] = jax.block_until_ready(compiled[name](model, state, first))
+  # The same computation: the same greedy tokens and the same cache contents.
+  same_tokens = bool(np.array_equal(outputs['scatter'][0], outputs['one_hot'][0]))
+  cache_sum_diff = float(abs(outputs['scatter'][1] - outputs['one_hot'][1]))
+  times = {name: [] for name in compiled}
+  for r in range(_ROUNDS.value):
+    for name in (list(compiled) if r % 2 == 0 else list(compiled)[::-1]):
+      start = time.perf_counter()
+      jax.block_until_ready(compiled[name](model, state, first))
+      times[name].append((time.perf_counter() - start) / _LOOP_STEPS.value)
+  cfg = model.config
+  cache_bytes = (2 * cfg.num_decoder_layers * batch * capacity * cfg.num_heads
+                 * cfg.head_dim * jnp.dtype(cfg.dtype).itemsize)
+  result = {name: {'min_ms_per_step': 1e3 * min(t),
+                   'median_ms_per_step': 1e3 * statistics.median(t),
+                   'temp_bytes': int(compiled[name].memory_analysis().temp_size_in_bytes)}
+            for name, t in times.items()}
+  result.update(speedup=result['one_hot']['min_ms_per_step']
+                / result['scatter']['min_ms_per_step'],
+                same_tokens=same_tokens, cache_sum_abs_diff=cache_sum_diff,
+                cache_bytes=cache_bytes)
+  return result
+
+
+def _write_table(results: dict[str, Any]) -> str:
+  lines = [f'{results["config"]}, batch {results["batch"]} x {results["cache_length"]} '
+           f'cache positions, {results["loop_steps"]} draft steps per call, min of '
+           f'{results["rounds"]} rounds',
+           '| dtype | write | ms/step (min) | ms/step (median) | speed-up | cache MiB |',
+           '|---|---|---|---|---|---|']
+  for dtype, r in results['dtypes'].items():
+    for name in ('one_hot', 'scatter'):
+      speedup = f'{r["speedup"]:.2f}x' if name == 'scatter' else ''
+      lines.append(f'| {dtype} | {name} | {r[name]["min_ms_per_step"]:.3f} | '
+                   f'{r[name]["median_ms_per_step"]:.3f} | {speedup} | '
+                   f'{r["cache_bytes"] / 2**20:.0f} |')
+    if not r['same_tokens']:
+      lines.append(f'  WARNING {dtype}: the two writes decoded different tokens')
+  return '\n'.join(lines)
+
+
 def _table(results: dict[str, Any]) -> str:
   lines = []
   for dtype, r in results['dtypes'].items():
@@ -124,12 +241,18 @@ def main(argv):
   results = {
       'config': _CONFIG.value, 'parameters': t5.param_count(cfg),
       'devices': [str(d) for d in jax.devices()], 'batch': _BATCH.value,
-      'input_length': _INPUT_LENGTH.value, 'prefix': _PREFIX.value,
-      'decode_tokens': _DECODE_TOKENS.value, 'repeats': _REPEATS.value, 'dtypes': {}}
+      'input_length': _INPUT_LENGTH.value, 'dtypes': {}}
+  if _WRITE_COMPARE.value:
+    results.update(cache_length=_CACHE_LENGTH.value, loop_steps=_LOOP_STEPS.value,
+                   rounds=_ROUNDS.value)
+  else:
+    results.update(prefix=_PREFIX.value, decode_tokens=_DECODE_TOKENS.value,
+                   repeats=_REPEATS.value)
+  measure = _write_compare if _WRITE_COMPARE.value else _measure
   for name in _DTYPES.value:
     model = _model(jnp.dtype(name), params)
-    results['dtypes'][name] = _measure(model, np.random.default_rng(_SEED.value))
-  print(_table(results))
+    results['dtypes'][name] = measure(model, np.random.default_rng(_SEED.value))
+  print((_write_table if _WRITE_COMPARE.value else _table)(results))
   with open(_OUTPUT.value, 'w') as f:
     json.dump(results, f, indent=2)
   print(f'wrote {_OUTPUT.value}')
