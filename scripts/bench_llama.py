@@ -43,7 +43,7 @@ from specdec import benchmarking, checkpoints
 from specdec.models import llama
 
 _CONFIG = flags.DEFINE_enum("config", "smollm2_135m", sorted(llama.CONFIGS) + ["tiny"],
-                            "Preset of the random-weight model (ignored with --weights).")
+                            "Preset of the random-weight model (not with --weights).")
 _WEIGHTS = flags.DEFINE_string("weights", "", "A .gguf file or a Hugging Face Llama "
                                "directory; empty for random weights.")
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
@@ -106,7 +106,8 @@ def decode_memory(model: llama.Llama, prompt: jax.Array, tokens: int) -> dict[st
     return {}
   memory = {name: int(getattr(analysis, f"{name}_size_in_bytes"))
             for name in ("argument", "output", "temp", "alias")}
-  memory["peak"] = memory["argument"] + memory["output"] + memory["temp"] - memory["alias"]
+  memory["peak"] = (memory["argument"] + memory["output"] + memory["temp"]
+                    - memory["alias"])
   return memory
 
 

@@ -562,7 +562,7 @@ def save_t5x(model_dir: str | os.PathLike, params: Mapping[str, Any], step: int)
 # Hugging Face Llama (`LlamaForCausalLM`): safetensors + config.json, both ways.
 # ------------------------------------------------------------------------------
 # Kept beside the functions that use it: the T5 loaders above need no Llama.
-from specdec.models import llama  # pylint: disable=g-import-not-at-top,wrong-import-position
+from specdec.models import llama  # pylint: disable=wrong-import-position
 
 HF_LLAMA_ARCHITECTURE = 'LlamaForCausalLM'
 HF_LLAMA_EMBEDDING = 'model.embed_tokens.weight'
@@ -593,7 +593,8 @@ def llama_hf_names(cfg: llama.LlamaConfig) -> dict[str, tuple[str, bool]]:
                                            False)
     for name, hf in (('query', 'q_proj'), ('key', 'k_proj'), ('value', 'v_proj'),
                      ('out', 'o_proj')):
-      names[f'{ours}/attention/{name}/kernel'] = (f'{theirs}.self_attn.{hf}.weight', True)
+      names[f'{ours}/attention/{name}/kernel'] = (f'{theirs}.self_attn.{hf}.weight',
+                                                  True)
     for name, hf in (('wi_0', 'gate_proj'), ('wi_1', 'up_proj'), ('wo', 'down_proj')):
       names[f'{ours}/mlp/{name}/kernel'] = (f'{theirs}.mlp.{hf}.weight', True)
   return names
@@ -626,7 +627,8 @@ def llama_params_from_hf(tensors: Mapping[str, Any], cfg: llama.LlamaConfig, *,
                  for theirs, (key, transposed) in ours.items()}
   tied_head = cfg.tie_word_embeddings and HF_LM_HEAD in tensors
   found = {name: tuple(np.shape(array)) for name, array in tensors.items()
-           if not HF_LLAMA_IGNORED.match(name) and not (tied_head and name == HF_LM_HEAD)}
+           if not HF_LLAMA_IGNORED.match(name)
+           and not (tied_head and name == HF_LM_HEAD)}
   _check_flat(found, expected_hf,
               describe=lambda name: f'{name!r} (ours {ours[name][0]!r})' if name in ours
               else repr(name))

@@ -1,4 +1,4 @@
-"""specdec.models.llama: presets, the chunked cache, ragged prompts, and Algorithm 1 on it.
+"""specdec.models.llama: presets, the chunked cache, ragged prompts, Algorithm 1 on it.
 
 Statistical tests use fixed seeds, so they are deterministic; each states the
 false-alarm rate its threshold would have under fresh randomness.
@@ -19,7 +19,6 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import specdec
-from specdec import sample as sample_lib
 from specdec import sharding
 from specdec.distributions import SamplingConfig, probabilities
 from specdec.models import llama
@@ -255,8 +254,8 @@ def test_bad_arguments_raise_errors_naming_them():
 def test_greedy_speculative_equals_the_targets_greedy_decode():
   gamma = 3
   target = tiny_model(0, num_layers=2)
-  draft = tiny_model(1, hidden_size=16, num_heads=2, num_kv_heads=1, intermediate_size=32,
-                     num_layers=1, tie_word_embeddings=True)
+  draft = tiny_model(1, hidden_size=16, num_heads=2, num_kv_heads=1,
+                     intermediate_size=32, num_layers=1, tie_word_embeddings=True)
   x = ragged_inputs(4, 6, target.vocab_size, [6, 2, 4, 5], seed=8)
   spec = specdec.speculative_sample(target, draft, x, jax.random.key(1), gamma=gamma,
                                     max_new_tokens=16, sampling=GREEDY, eos_id=3)
@@ -297,7 +296,8 @@ def exact_llama_distribution(model, sampling):
   """{continuation: probability} of NUM_NEW tokens after STAT_PROMPT under `model`
   and `sampling`, by one full forward pass over every continuation."""
   seqs = np.array(list(itertools.product(range(STAT_VOCAB), repeat=NUM_NEW)), np.int32)
-  prompt = np.broadcast_to(np.array(STAT_PROMPT, np.int32), (len(seqs), len(STAT_PROMPT)))
+  prompt = np.broadcast_to(np.array(STAT_PROMPT, np.int32),
+                           (len(seqs), len(STAT_PROMPT)))
   logits = model.forward(jnp.asarray(np.concatenate([prompt, seqs], axis=1)))
   start = len(STAT_PROMPT) - 1
   probs = np.asarray(probabilities(logits[:, start:start + NUM_NEW], sampling),

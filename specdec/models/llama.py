@@ -1,4 +1,4 @@
-"""Llama-family decoder-only transformer in Flax, with a decode cache that verifies chunks.
+"""A Llama-family decoder-only transformer in Flax, with a cache that verifies chunks.
 
 The architecture is Llama's (Touvron et al., "LLaMA: Open and Efficient Foundation
 Language Models", 2023) as Hugging Face's `LlamaForCausalLM` implements it, which is
@@ -21,7 +21,8 @@ The parameter tree uses T5X-style names and logical axes (`specdec.sharding`):
     logits_dense/kernel [d, V]  (untied only)             ('embed', 'vocab')
 
 Every kernel is [in, out], the transpose of the Hugging Face `nn.Linear` weight, with
-the query/key columns in Hugging Face's order (`specdec.checkpoints.llama_params_from_hf`).
+the query/key columns in Hugging Face's order
+(`specdec.checkpoints.llama_params_from_hf`).
 
 Speculative decoding (Leviathan, Kalman & Matias, ICML 2023) needs the target to score
 gamma + 1 tokens in one call ("run Mp in parallel", Algorithm 1), with every row of a
