@@ -111,8 +111,10 @@ class Tokenizer:
                unk_id: int | None = None, chat_template: str | None = None,
                add_bos: bool = False, add_eos: bool = False, pre: str | None = None):
     _imports()
-    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers  # pylint: disable=g-import-not-at-top
-    import tokenizers  # pylint: disable=g-import-not-at-top
+    # pylint: disable=g-import-not-at-top
+    import tokenizers
+    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+    # pylint: enable=g-import-not-at-top
     tokens = list(tokens)
     if not tokens:
       raise ValueError('tokens: the vocabulary is empty')

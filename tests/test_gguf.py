@@ -44,8 +44,10 @@ def hf_shapes(cfg):
     p = f'model.layers.{i}.'
     shapes.update({
         p + 'input_layernorm.weight': (d,), p + 'post_attention_layernorm.weight': (d,),
-        p + 'self_attn.q_proj.weight': (h * hd, d), p + 'self_attn.k_proj.weight': (kv * hd, d),
-        p + 'self_attn.v_proj.weight': (kv * hd, d), p + 'self_attn.o_proj.weight': (d, h * hd),
+        p + 'self_attn.q_proj.weight': (h * hd, d),
+        p + 'self_attn.k_proj.weight': (kv * hd, d),
+        p + 'self_attn.v_proj.weight': (kv * hd, d),
+        p + 'self_attn.o_proj.weight': (d, h * hd),
         p + 'mlp.gate_proj.weight': (f, d), p + 'mlp.up_proj.weight': (f, d),
         p + 'mlp.down_proj.weight': (d, f)})
   return shapes
@@ -215,7 +217,8 @@ def test_load_gguf_gives_the_llama_config_and_parameter_tree(tiny_file):
       num_kv_heads=2, head_dim=16, rope_theta=10000.0, rms_norm_eps=1e-5,
       tie_word_embeddings=False, max_position_embeddings=128)
   reader = G.open_gguf(tiny_file)
-  expected = checkpoints.llama_params_from_hf(G.hf_tensors(reader, G.hf_config(reader)), cfg)
+  expected = checkpoints.llama_params_from_hf(
+      G.hf_tensors(reader, G.hf_config(reader)), cfg)
   flat = lambda t: {'/'.join(k): v for k, v in _flatten(t)}
   assert flat(params).keys() == flat(expected).keys()
   for key, value in flat(params).items():
@@ -270,7 +273,8 @@ def test_save_gguf_writes_what_llama_cpps_converter_writes(tmp_path, original):
 def test_an_unsupported_quantization_type_is_named_with_its_tensor(tmp_path, original):
   path = write_gguf(tmp_path / 'q5.gguf', CONFIG, original, TYPES,
                     raw_types={'blk.1.ffn_gate.weight': 'Q5_0'})
-  with pytest.raises(ValueError, match=r"'blk\.1\.ffn_gate\.weight'.*Q5_0 is not supported"):
+  with pytest.raises(ValueError,
+                     match=r"'blk\.1\.ffn_gate\.weight'.*Q5_0 is not supported"):
     G.load_gguf(path)
 
 

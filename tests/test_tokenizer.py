@@ -17,9 +17,10 @@ CHATML = (
     "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 STRINGS = [
-    'Hello world', ' leading space', 'trailing  ', 'a\n\nb\n', '\n', '\t tabs\tand  two  spaces',
-    'héllo wörld — 日本語 🙂', 'naïve café Ünïcödé', '12345 + 6.78 = x', "don't we'll I'M",
-    '<|im_start|>user\nhi<|im_end|>', '', '   ', 'The quick brown fox jumps over the lazy dog.',
+    'Hello world', ' leading space', 'trailing  ', 'a\n\nb\n', '\n',
+    '\t tabs\tand  two  spaces', 'héllo wörld — 日本語 🙂', 'naïve café Ünïcödé',
+    '12345 + 6.78 = x', "don't we'll I'M", '<|im_start|>user\nhi<|im_end|>', '', '   ',
+    'The quick brown fox jumps over the lazy dog.',
     'x' * 40, 'def f(x):\n    return x ** 2\n',
 ]
 CONVERSATION = [{'role': 'user', 'content': 'Summarize: the cat sat on the mat.'},
