@@ -7,12 +7,19 @@ draft tokens per iteration; c the ratio of one draft (Mq) step's time to one tar
 
 Every function accepts scalars or numpy arrays (broadcasting) and is finite at the
 edges: alpha = 1 (the draft is the target) and gamma = 0 (plain decoding).
+
+Lenience (Appendix A.5) enters through alpha only: `acceptance(p, q, lenience=l)` is
+beta_l = sum_x min(p(x) / l, q(x)), and Eq. 1 / Theorem 3.8 / Theorem 3.11 take
+alpha_l = E[beta_l] as they take alpha.
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+
+# One definition of a valid lenience, the sampler's (Appendix A.5).
+from specdec.sample import check_lenience
 
 
 def _check_gamma(gamma) -> np.ndarray:
@@ -90,16 +97,39 @@ def optimal_gamma(alpha, c, max_gamma: int = 64, v=1.0) -> int:
   return int(gammas[best]) if speedups[best] > 1.0 else 0
 
 
-def acceptance(p, q, axis: int = -1):
+def acceptance(p, q, axis: int = -1, *, lenience: float = 1.0):
   """beta = sum_x min(p(x), q(x)) (Corollary 3.6): the probability a draft is kept.
 
   Averaging beta over the positions of a decode estimates alpha (Definition 3.1).
   Works on numpy or JAX arrays of distributions along `axis`.
+
+  With lenience l in (0, 1) (Appendix A.5, `speculative_sample(..., lenience=l)` at
+  temperature > 0), a draft x ~ q is kept with probability min(1, p(x) / (l q(x))),
+  so beta_l = sum_x min(p(x) / l, q(x)): at least beta, at most 1, and 1 once
+  l <= min_x p(x) / q(x). l = 1 is the exact beta. Eq. 1 and Theorem 3.8 then hold
+  with alpha_l = E[beta_l] in place of alpha -- their derivation only uses that each
+  draft is kept with probability alpha, independently -- so the expected tokens per
+  iteration are `expected_tokens(alpha_l, gamma)` and the speed-up
+  `walltime_improvement(alpha_l, gamma, c)`; there is no separate lenient formula.
+
+  Not the temperature-0 variant: there a draft's (greedy) token x is kept iff the
+  target's temperature-1 p has p(x) >= l max(p) (`sample.lenient_greedy_step`),
+  which is not a function of the two one-hot distributions this takes.
+
+  Args:
+    p: [..., V] target distributions.
+    q: [..., V] draft distributions, the same vocabulary along `axis`.
+    axis: the vocabulary axis.
+    lenience: l in (0, 1], a Python or numpy scalar (ValueError otherwise).
+
+  Returns:
+    [...]: beta (beta_l) of every distribution pair.
   """
+  lenience = check_lenience(lenience)
   if hasattr(p, "shape") and hasattr(q, "shape") and p.shape[axis] != q.shape[axis]:
     raise ValueError(
         f"p and q must have the same vocabulary size, got {p.shape[axis]} and "
         f"{q.shape[axis]}")
   xp = np if isinstance(p, np.ndarray) and isinstance(q, np.ndarray) else jnp
-  return xp.sum(xp.minimum(p, q), axis=axis)
-
+  # p / 1 is p itself: l = 1 is bit for bit the exact beta.
+  return xp.sum(xp.minimum(p if lenience == 1.0 else p / lenience, q), axis=axis)

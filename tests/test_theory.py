@@ -107,3 +107,78 @@ def test_acceptance_is_sum_of_min():
 def test_bad_arguments_raise_errors_naming_them(call, name):
   with pytest.raises(ValueError, match=name):
     call()
+
+
+# ----------------------------------------------------------- lenience (Appendix A.5)
+
+
+def _random_pairs(seed, count=6, vocab=7):
+  rng = np.random.default_rng(seed)
+  return [(rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab) * 0.3))
+          for _ in range(count)]
+
+
+def test_lenient_acceptance_is_sum_of_min_of_p_over_l_and_q():
+  p = np.array([0.5, 0.3, 0.2, 0.0])
+  q = np.array([0.1, 0.6, 0.0, 0.3])
+  # min(p / l, q) at l = 0.5: [0.1, 0.6, 0, 0]; at l = 0.8: [0.1, 0.375, 0, 0].
+  assert theory.acceptance(p, q, lenience=0.5) == pytest.approx(0.7)
+  assert theory.acceptance(p, q, lenience=0.8) == pytest.approx(0.475)
+  assert theory.acceptance(p, q) == pytest.approx(0.4)
+  # A token the target rules out (p = 0) is never accepted, whatever l.
+  assert theory.acceptance(p, q, lenience=1e-6) == pytest.approx(0.7)
+
+
+def test_lenience_one_is_bit_for_bit_the_exact_acceptance():
+  for p, q in _random_pairs(1):
+    assert theory.acceptance(p, q, lenience=1.0) == theory.acceptance(p, q)
+    assert theory.acceptance(p, q, lenience=1) == theory.acceptance(p, q)
+    pj, qj = jnp.asarray(p, jnp.float32), jnp.asarray(q, jnp.float32)
+    assert float(theory.acceptance(pj, qj, lenience=1.0)) == float(
+        theory.acceptance(pj, qj))
+
+
+def test_lenient_acceptance_rises_to_one_as_lenience_falls():
+  for p, q in _random_pairs(2):
+    lenience = [1.0, 0.8, 0.5, 0.3, 0.1, 0.01]
+    alphas = [float(theory.acceptance(p, q, lenience=l)) for l in lenience]
+    assert all(b >= a - 1e-12 for a, b in zip(alphas, alphas[1:]))
+    assert alphas[-1] <= 1.0 + 1e-12
+    # Once l <= min p / q over q's support, every draft is accepted.
+    l_all = float(np.min(p[q > 0] / q[q > 0]))
+    assert theory.acceptance(p, q, lenience=l_all) == pytest.approx(1.0)
+    assert theory.acceptance(p, q, lenience=min(1.0, 1.01 * l_all)) < 1.0
+
+
+def test_lenient_acceptance_works_along_an_axis_and_on_jax_arrays():
+  pairs = _random_pairs(3, count=4)
+  p = np.stack([a for a, _ in pairs])
+  q = np.stack([b for _, b in pairs])
+  rows = [theory.acceptance(a, b, lenience=0.4) for a, b in pairs]
+  np.testing.assert_allclose(theory.acceptance(p, q, lenience=0.4), rows, rtol=1e-12)
+  np.testing.assert_allclose(theory.acceptance(p.T, q.T, axis=0, lenience=0.4), rows,
+                             rtol=1e-12)
+  np.testing.assert_allclose(
+      theory.acceptance(jnp.asarray(p, jnp.float32), jnp.asarray(q, jnp.float32),
+                        lenience=np.float32(0.4)), rows, rtol=1e-5)
+
+
+def test_expected_tokens_with_lenient_alpha_is_equation_1():
+  # Eq. 1 holds for any per-draft acceptance probability: with alpha_l it is the
+  # mean of the truncated geometric n + 1 whose success probability is alpha_l.
+  p, q = _random_pairs(4, count=1)[0]
+  for l in (1.0, 0.5, 0.1):
+    alpha_l = float(theory.acceptance(p, q, lenience=l))
+    for gamma in (1, 4, 8):
+      k = np.arange(1, gamma + 2)
+      pk = np.append(alpha_l ** (k[:-1] - 1) * (1 - alpha_l), alpha_l ** gamma)
+      np.testing.assert_allclose(theory.expected_tokens(alpha_l, gamma), pk @ k,
+                                 rtol=1e-12)
+
+
+@pytest.mark.parametrize("lenience", [0, 0.0, -0.5, 1.5, float("nan"), float("inf"),
+                                      True, np.bool_(True), "0.5", None])
+def test_bad_lenience_raises_naming_it(lenience):
+  p, q = _random_pairs(5, count=1)[0]
+  with pytest.raises(ValueError, match="lenience"):
+    theory.acceptance(p, q, lenience=lenience)
