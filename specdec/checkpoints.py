@@ -798,3 +798,6 @@ def save_hf_llama(path: str | os.PathLike, cfg: llama.LlamaConfig,
   save_file(tensors, os.path.join(path, HF_WEIGHTS_FILE), metadata={'format': 'pt'})
   with open(os.path.join(path, HF_CONFIG_FILE), 'w') as f:
     json.dump(llama_config_to_hf(cfg), f, indent=2)
+
+
+from specdec.checkpoints_gguf import load_gguf  # noqa: E402,F401  (contract name)

@@ -202,8 +202,8 @@ def nonfinite(logits: Array) -> Array:
   are decoded anyway (`probabilities` never returns NaN); the samplers count them in
   their stats so that a broken model is noticed.
   """
-  bad = jnp.isnan(logits) | (logits == jnp.inf)
-  return jnp.any(bad, axis=-1) | ~jnp.any(jnp.isfinite(logits), axis=-1)
+  # One reduction: the max is NaN if any logit is, +inf if any is, -inf if all are.
+  return ~jnp.isfinite(jnp.max(logits, axis=-1))
 
 
 # ----------------------------------------------------------------------------- draws
@@ -237,12 +237,12 @@ def _sample_row(key: Array, probs: Array) -> Array:
   log = lambda x: jnp.log(jnp.maximum(x, 0.0))  # log(0) = -inf: never drawn
   if size <= 2 * BLOCK:
     return _first_argmax_flat(log(probs) + _gumbel(key, (size,)))
-  block_key, token_key = jax.random.split(key)
   grouped = blocks(probs, 0.0)
   mass = jnp.sum(grouped, axis=-1)
-  block = _first_argmax_flat(log(mass) + _gumbel(block_key, mass.shape))
-  chosen = grouped[block]
-  within = _first_argmax_flat(log(chosen) + _gumbel(token_key, (BLOCK,)))
+  # One call for both levels' noise: distinct draws, so independent levels.
+  noise = _gumbel(key, (mass.shape[0] + BLOCK,))
+  block = _first_argmax_flat(log(mass) + noise[:-BLOCK])
+  within = _first_argmax_flat(log(grouped[block]) + noise[-BLOCK:])
   return block * BLOCK + within
 
 

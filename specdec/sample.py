@@ -47,7 +47,7 @@ import numpy as np
 
 from specdec.distributions import (SamplingConfig, greedy_tokens, nonfinite,
                                    probabilities, sample_categorical, uniform)
-from specdec.models.base import DecodeModel, write_rows
+from specdec.models.base import DecodeModel, check_token_ids, write_rows
 
 Array = jax.Array
 
@@ -637,6 +637,9 @@ def _check_common(model: DecodeModel, name: str, inputs: Any, max_new_tokens: An
     raise TypeError(f"inputs must have an integer dtype, got {dtype}")
   if shape[0] < 1 or shape[1] < 1:
     raise ValueError(f"inputs must be non-empty, got shape {tuple(shape)}")
+  # Concrete ids are checked here, before the models are traced (inside the decode's
+  # jit they cannot raise, and clip instead).
+  check_token_ids("inputs", inputs, model.vocab_size)
   if eos_id is not None:
     if isinstance(eos_id, (bool, np.bool_)) or not isinstance(eos_id, numbers.Integral):
       raise TypeError(f"eos_id must be an int or None, got {eos_id!r}")

@@ -1,5 +1,6 @@
 """Temperature, top-k and top-p give the distributions they promise, in float32."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -7,6 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from scipy import stats as scipy_stats
+
+from specdec import distributions
 from specdec.distributions import SamplingConfig, probabilities
 
 
@@ -131,3 +135,73 @@ def test_first_argmax_over_blocks_is_numpys_argmax(vocab):
   np.testing.assert_array_equal(first_argmax(jnp.asarray(values)), np.argmax(values, -1))
   np.testing.assert_array_equal(first_argmax(jnp.asarray(values[None])),
                                 np.argmax(values, -1)[None])
+
+
+# ----------------------------------------------------------------------------- draws
+
+
+@pytest.mark.parametrize("vocab", [7, 300])  # one level; two levels, a padded block
+def test_sample_categorical_follows_the_probabilities(vocab):
+  """Chi-square over 2^17 draws of one unnormalized distribution (false alarm 1e-3)."""
+  rng = np.random.default_rng(vocab)
+  weights = rng.dirichlet(np.ones(vocab) * 0.5).astype(np.float32) * 3.0
+  weights[::5] = 0.0  # zeros inside every block
+  draws = 1 << 17
+  keys = jax.random.split(jax.random.key(vocab), draws)
+  tokens = np.asarray(jax.jit(distributions.sample_categorical)(
+      keys, jnp.broadcast_to(jnp.asarray(weights), (draws, vocab))))
+  assert not np.isin(tokens, np.flatnonzero(weights == 0)).any()
+  expected = weights.astype(np.float64) / weights.sum() * draws
+  observed = np.bincount(tokens, minlength=vocab)
+  keep = expected >= 5
+  pooled_obs = np.append(observed[keep], observed[~keep].sum())
+  pooled_exp = np.append(expected[keep], expected[~keep].sum())
+  pooled_exp *= draws / pooled_exp.sum()  # float64 rounding of the pooled sum
+  assert scipy_stats.chisquare(pooled_obs, pooled_exp).pvalue > 1e-3
+
+
+def test_sample_categorical_never_draws_a_zero_unless_everything_is_zero():
+  probs = jnp.zeros((4, 32128)).at[0, 77].set(1e-30).at[1, 32127].set(2.0)
+  probs = probs.at[2, :].set(1e-38).at[2, 5].set(0.0).at[3, 1000].set(1.0)
+  tokens = distributions.sample_categorical(jax.random.split(jax.random.key(0), 4), probs)
+  assert np.asarray(tokens)[[0, 1, 3]].tolist() == [77, 32127, 1000]
+  assert np.asarray(tokens)[2] != 5
+
+
+def test_uniform_is_exact_near_zero_where_a_float32_grid_is_not():
+  """P(u < a) = a for a far below 2^-23, and u is not confined to the 2^-23 grid."""
+  n = 1 << 20
+  u = np.asarray(distributions.uniform(jax.random.key(0), (n,)), np.float64)
+  assert ((u > 0) & (u < 1)).all()
+  small = u[u < 2.0 ** -10]  # ~1024 draws expected
+  assert scipy_stats.binomtest(small.size, n, 2.0 ** -10).pvalue > 1e-4
+  # Exact multiples of 2^-23 among them: ~1/8192 of them for a continuous law (all of
+  # them for jax.random.uniform).
+  on_grid = np.mean(np.mod(small, 2.0 ** -23) == 0)
+  assert on_grid < 0.01
+  # Rescaled, the small draws are uniform on [0, 1) again (KS, false alarm 1e-4).
+  assert scipy_stats.kstest(small * 2.0 ** 10, "uniform").pvalue > 1e-4
+  assert scipy_stats.kstest(u, "uniform").pvalue > 1e-4
+
+
+def test_nonfinite_flags_nan_plus_inf_and_rows_without_a_finite_logit():
+  x = jnp.array([[0.0, 1.0, 2.0], [np.nan, 1.0, 2.0], [1.0, np.inf, 0.0],
+                 [-np.inf] * 3, [-np.inf, 0.0, -np.inf], [2.0, 1.0, np.nan]])
+  assert np.asarray(distributions.nonfinite(x)).tolist() == [
+      False, True, True, True, False, True]
+  assert np.asarray(jax.jit(distributions.nonfinite)(x)).tolist() == [
+      False, True, True, True, False, True]
+
+
+def test_sampling_config_takes_numpy_scalars_and_normalizes_no_ops():
+  cfg = SamplingConfig(np.float64(0.7), np.int64(40), np.float64(0.9))
+  assert (cfg.temperature, cfg.top_k, cfg.top_p) == (0.7, 40, 0.9)
+  assert type(cfg.temperature) is float and type(cfg.top_k) is int
+  assert SamplingConfig(1.0, top_p=1.0) == SamplingConfig(1.0)
+  assert hash(SamplingConfig(1.0, top_p=np.float32(1.0))) == hash(SamplingConfig(1.0))
+  assert SamplingConfig(1.0, top_k=64).normalized(64) == SamplingConfig(1.0)
+  assert SamplingConfig(1.0, top_k=8).normalized(64).top_k == 8
+  for bad in (dict(temperature=np.float32(np.nan)), dict(top_k=np.float32(3.0)),
+              dict(top_k=np.bool_(True)), dict(top_p=np.float32(1.5))):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+      SamplingConfig(**bad)

@@ -4,8 +4,11 @@ Statistical tests use fixed seeds, so they are deterministic; each states the
 false-alarm rate its threshold would have under fresh randomness.
 """
 
+import functools
 import itertools
+import re
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -519,3 +522,238 @@ def test_a_cache_too_short_for_inputs_new_tokens_and_gamma_is_refused():
   with pytest.raises(ValueError, match="max_length"):
     specdec.speculative_sample(short, ok, inputs, jax.random.key(0), gamma=3,
                                max_new_tokens=4)
+
+
+# ------------------------------------------- exact at the full vocabulary (V >= 32768)
+
+
+@flax.struct.dataclass
+class ConstantLM:
+  """A context-free DecodeModel: the same logits at every position, at no cost."""
+
+  logits: jax.Array
+  vocab_size: int = flax.struct.field(pytree_node=False)
+
+  def init(self, inputs, max_length):
+    return jnp.zeros((inputs.shape[0],), jnp.int32)
+
+  def start_tokens(self, inputs):
+    return inputs[:, -1].astype(jnp.int32)
+
+  def extend(self, state, tokens):
+    logits = jnp.broadcast_to(self.logits, tokens.shape + (self.vocab_size,))
+    return logits, state + tokens.shape[1]
+
+  def rewind(self, state, lengths):
+    return jnp.minimum(state, lengths)
+
+  def lengths(self, state):
+    return state
+
+
+# Token 0 has almost all the mass; each of the other V - 1 tokens has 3e-8, a quarter
+# of the 2^-23 step of a float32 uniform. A sampler whose law is quantized to that
+# step can reach about one tail token in four, each with 4x its probability: the tail
+# draws then collide ~4x as often as under the true law (uniform over the tail).
+FULL_VOCAB, TAIL_PROB = 32768, 3e-8
+
+
+def _tail_model():
+  logits = jnp.full((FULL_VOCAB,), np.log(TAIL_PROB), jnp.float32).at[0].set(0.0)
+  return ConstantLM(logits=logits, vocab_size=FULL_VOCAB)
+
+
+def assert_tail_follows_the_law(tokens, false_alarm):
+  """The tail's draws: their number (binomial) and their collisions (Poisson).
+
+  Given N tail draws uniform over V - 1 tokens, the number of colliding pairs is
+  Poisson with mean C(N, 2) / (V - 1) to within O(N^3 / V^2) (birthday problem). The
+  count is tested two-sided, the collisions for excess, each at `false_alarm`.
+  """
+  tokens = np.asarray(tokens).ravel()
+  total = tokens.size
+  tail_mass = (FULL_VOCAB - 1) * TAIL_PROB / (1 + (FULL_VOCAB - 1) * TAIL_PROB)
+  tail = tokens[tokens != 0]
+  count_p = scipy_stats.binomtest(tail.size, total, tail_mass).pvalue
+  assert count_p > false_alarm, (tail.size, total * tail_mass)
+  counts = np.bincount(tail, minlength=FULL_VOCAB)
+  collisions = int(np.sum(counts * (counts - 1) // 2))
+  mean = tail.size * (tail.size - 1) / 2 / (FULL_VOCAB - 1)
+  excess_p = scipy_stats.poisson.sf(collisions - 1, mean)  # P(X >= collisions)
+  assert excess_p > false_alarm, (
+      f"{collisions} colliding pairs among {tail.size} tail draws, {mean:.1f} expected "
+      f"under the target's law (P = {excess_p:.1e}): the tail is drawn from a coarser "
+      "law than p")
+  return tail.size, collisions, mean
+
+
+def test_baseline_draws_tokens_far_below_2_to_the_minus_23_with_their_probability():
+  """2^20 draws at V = 32768: ~1030 in the tail, ~16 collisions expected under p.
+
+  False alarm 1e-4 per check. Under a law quantized to 2^-23 steps (one float32
+  uniform inverted through the CDF) ~64 collisions are expected: P(pass) < 1e-9.
+  """
+  model = _tail_model()
+  out = specdec.autoregressive_sample(model, jnp.zeros((1024, 1), jnp.int32),
+                                      jax.random.key(20), max_new_tokens=1024)
+  assert_tail_follows_the_law(out.tokens, false_alarm=1e-4)
+
+
+@pytest.mark.slow  # ~100 s on 2 cores: 2^20 tokens through the whole Algorithm 1.
+def test_speculative_draws_tokens_far_below_2_to_the_minus_23_with_their_probability():
+  """Draft == target, so every token is a draft draw or the bonus draw from p.
+
+  2^20 tokens: ~1030 tail draws, ~16 collisions expected under p; false alarm 1e-4
+  per check. Under a 2^-23-quantized law ~64 are expected.
+  """
+  model = _tail_model()
+  out = specdec.speculative_sample(model, model, jnp.zeros((256, 1), jnp.int32),
+                                   jax.random.key(21), gamma=7, max_new_tokens=4096)
+  assert int(out.stats.accepted.sum()) == int(out.stats.drafted.sum())  # all accepted
+  assert_tail_follows_the_law(out.tokens, false_alarm=1e-4)
+
+
+def test_zero_probability_tokens_are_never_drawn_at_full_vocabulary():
+  # Zero-probability tokens interleaved with tiny and large ones, in every block.
+  rng = np.random.default_rng(3)
+  logits = np.where(rng.random(FULL_VOCAB) < 0.5, -np.inf,
+                    rng.standard_normal(FULL_VOCAB) * 8).astype(np.float32)
+  model = ConstantLM(logits=jnp.asarray(logits), vocab_size=FULL_VOCAB)
+  inputs = jnp.zeros((64, 1), jnp.int32)
+  base = specdec.autoregressive_sample(model, inputs, jax.random.key(0),
+                                       max_new_tokens=64)
+  draft = ConstantLM(logits=jnp.asarray(rng.standard_normal(FULL_VOCAB), jnp.float32),
+                     vocab_size=FULL_VOCAB)
+  spec = specdec.speculative_sample(model, draft, inputs, jax.random.key(1), gamma=3,
+                                    max_new_tokens=64)
+  for out in (base, spec):
+    assert np.isfinite(logits[np.asarray(out.tokens)]).all()
+
+
+# ----------------------------------------------------------- bad input, NaN, configs
+
+
+def test_token_ids_outside_the_vocabulary_raise_naming_inputs():
+  vocab = 64
+  model = bigram_model(jnp.zeros((vocab, vocab)))
+  for bad in ([[5, 7, 100, 0]], [[5, -1, 3, 0]]):
+    inputs = jnp.asarray(bad, jnp.int32)
+    with pytest.raises(ValueError, match="inputs"):
+      specdec.speculative_sample(model, model, inputs, jax.random.key(0), gamma=2,
+                                 max_new_tokens=4)
+    with pytest.raises(ValueError, match="inputs"):
+      specdec.autoregressive_sample(model, inputs, jax.random.key(0), max_new_tokens=4)
+
+
+def test_nonfinite_logits_are_counted_per_row():
+  vocab = 8
+
+  def broken(tokens):
+    # Row 1's prompt token is 6: its logits are NaN at every position after a 6
+    # and finite elsewhere; rows 0 and 2 never see a 6.
+    logits = jax.nn.one_hot((tokens + 1) % 5, vocab) * 4.0
+    return jnp.where((tokens == 6)[..., None], jnp.nan, logits)
+
+  target = specdec.CausalLM.from_fn(broken, vocab)
+  # Verified positions count too (drafts included): the draft never proposes a 6.
+  draft = bigram_model(jnp.zeros((vocab, vocab)).at[:, 6].set(-jnp.inf))
+  inputs = jnp.asarray([[1], [6], [2]], jnp.int32)
+  for sampling in (SamplingConfig(1.0), GREEDY):
+    base = specdec.autoregressive_sample(target, inputs, jax.random.key(0),
+                                         max_new_tokens=5, sampling=sampling)
+    spec = specdec.speculative_sample(target, draft, inputs, jax.random.key(0),
+                                      gamma=2, max_new_tokens=5, sampling=sampling)
+    assert np.asarray(base.stats.nonfinite).tolist() == [0, 1, 0]
+    bad = np.asarray(spec.stats.nonfinite)
+    assert bad[0] == 0 and bad[2] == 0 and bad[1] >= 1
+    assert np.isfinite(np.asarray(spec.log_probs)).all()
+
+
+def test_numpy_scalars_and_equivalent_configs_share_one_compiled_decode():
+  vocab = 16
+  target = context_model(jax.random.key(0), vocab)
+  draft = context_model(jax.random.key(1), vocab)
+  inputs = jnp.ones((2, 3), jnp.int32)
+  configs = [SamplingConfig(0.75, top_k=None, top_p=None),
+             SamplingConfig(np.float32(0.75), top_k=np.int64(vocab), top_p=1.0),
+             SamplingConfig(0.75, top_k=vocab, top_p=np.float64(1.0))]
+  assert SamplingConfig(np.float32(0.5), np.int64(4), np.float32(0.9)) == SamplingConfig(
+      float(np.float32(0.5)), 4, float(np.float32(0.9)))
+  outs = []
+  specdec.speculative_sample(target, draft, inputs, jax.random.key(0), gamma=2,
+                             max_new_tokens=4, sampling=configs[0])
+  before = sample_lib._speculative_jit._cache_size()
+  for cfg in configs:
+    outs.append(specdec.speculative_sample(target, draft, inputs, jax.random.key(0),
+                                           gamma=np.int64(2), max_new_tokens=4,
+                                           sampling=cfg).tokens)
+  assert sample_lib._speculative_jit._cache_size() == before
+  for tokens in outs:
+    np.testing.assert_array_equal(tokens, outs[0])
+
+
+def test_rbg_raw_keys_are_accepted():
+  vocab = 16
+  target = context_model(jax.random.key(0), vocab)
+  inputs = jnp.ones((2, 3), jnp.int32)
+  typed = jax.random.key(5, impl="rbg")
+  raw = jax.random.key_data(typed)
+  assert raw.shape == (4,)
+  a = specdec.speculative_sample(target, target, inputs, raw, gamma=2, max_new_tokens=4)
+  b = specdec.speculative_sample(target, target, inputs, typed, gamma=2, max_new_tokens=4)
+  np.testing.assert_array_equal(a.tokens, b.tokens)
+  per_row = jax.random.key_data(jax.random.split(typed, 2))
+  specdec.autoregressive_sample(target, inputs, per_row, max_new_tokens=4)
+
+
+def test_log_probs_are_the_targets_sampling_log_probabilities_of_the_output():
+  vocab = 16
+  target = context_model(jax.random.key(0), vocab)
+  draft = context_model(jax.random.key(1), vocab)
+  inputs = jax.random.randint(jax.random.key(2), (3, 2), 0, vocab)
+  sampling = SamplingConfig(0.8, top_k=6)
+  out = specdec.speculative_sample(target, draft, inputs, jax.random.key(3), gamma=3,
+                                   max_new_tokens=7, sampling=sampling, eos_id=4)
+  full = jnp.concatenate([inputs, out.tokens], axis=1)
+  probs = probabilities(_running_mean_logits(full, target.params), sampling)
+  expected = np.log(np.maximum(np.take_along_axis(
+      np.asarray(probs[:, 1:-1]), np.asarray(out.tokens)[..., None], -1)[..., 0], 1e-30))
+  valid = np.arange(7)[None] < np.asarray(out.lengths)[:, None]
+  np.testing.assert_allclose(np.where(valid, np.asarray(out.log_probs), 0),
+                             np.where(valid, expected, 0), atol=1e-5)
+  np.testing.assert_allclose(out.scores, np.asarray(out.log_probs).sum(-1), rtol=1e-6)
+  greedy = specdec.speculative_sample(target, draft, inputs, jax.random.key(3), gamma=3,
+                                      max_new_tokens=7, sampling=GREEDY)
+  assert not np.asarray(greedy.log_probs).any()
+
+
+def _program_loops(hlo_text):
+  """The compiled program's while loops but the PRNG's: XLA:CPU alone rolls the
+  threefry hash's rounds into small loops (JAX unrolls them for GPU and TPU)."""
+  loops = [re.search(r'op_name="([^"]*)"', line) for line in hlo_text.splitlines()
+           if re.search(r"\bwhile\(", line)]
+  prng = ("threefry", "_gumbel", "random_bits")
+  return [m.group(1) if m else "?" for m in loops
+          if not (m and any(name in m.group(1) for name in prng))]
+
+
+def test_the_compiled_decode_has_no_loops_but_the_decode_loop_and_the_draft_scan():
+  """No search loops (nor any other) nested in the decode: on a GPU each iteration of
+  a nested loop is a kernel launch."""
+  vocab = 32128  # the two-level paths
+  model = ConstantLM(logits=jnp.zeros((vocab,), jnp.float32), vocab_size=vocab)
+  inputs = jnp.zeros((2, 1), jnp.int32)
+  for sampling in (SamplingConfig(0.9, top_k=40, top_p=0.9), GREEDY):
+    spec = functools.partial(sample_lib._speculative_jit, gamma=3, max_new_tokens=8,
+                             sampling=sampling, eos_id=None)
+    base = functools.partial(sample_lib._autoregressive_jit, max_new_tokens=8,
+                             sampling=sampling, eos_id=None)
+    spec_jaxpr = str(jax.make_jaxpr(spec)(model, model, inputs, jax.random.key(0)))
+    base_jaxpr = str(jax.make_jaxpr(base)(model, inputs, jax.random.key(0)))
+    assert (spec_jaxpr.count("while["), spec_jaxpr.count("scan[")) == (1, 1), sampling
+    assert (base_jaxpr.count("while["), base_jaxpr.count("scan[")) == (1, 0), sampling
+    spec_hlo = jax.jit(spec).lower(model, model, inputs,
+                                   jax.random.key(0)).compile().as_text()
+    base_hlo = jax.jit(base).lower(model, inputs, jax.random.key(0)).compile().as_text()
+    assert len(_program_loops(spec_hlo)) == 2, (sampling, _program_loops(spec_hlo))
+    assert len(_program_loops(base_hlo)) == 1, (sampling, _program_loops(base_hlo))
