@@ -65,7 +65,8 @@ PAPER_SPEEDUPS_T0 = (3.3, 3.3, 3.9, 4.9)
 PAPER_C, PAPER_GAMMA = 0.015, 8
 NGRAM_DRAFTS = ("unigram", "bigram")
 
-_PAIR = flags.DEFINE_string("pair", "multi30k_ende", "A shipped pair (specdec.pretrained).")
+_PAIR = flags.DEFINE_string("pair", "multi30k_ende",
+                            "A shipped pair (specdec.pretrained).")
 _DRAFTS = flags.DEFINE_list(
     "drafts", None, "Drafts: the pair's shipped ones ('draft', 'draft_distilled') and "
     "'unigram', 'bigram' (default: all of them).")
@@ -100,7 +101,8 @@ def load_drafts(pair: str, names: Sequence[str] | None, vocab, vocab_size: int,
   names = list(names) if names else list(shipped) + list(NGRAM_DRAFTS)
   unknown = [n for n in names if n not in shipped and n not in NGRAM_DRAFTS]
   if unknown:
-    raise ValueError(f"drafts: unknown {unknown}; have {list(shipped) + list(NGRAM_DRAFTS)}")
+    raise ValueError(f"drafts: unknown {unknown}; have "
+                     f"{list(shipped) + list(NGRAM_DRAFTS)}")
   corpus = None
   out = {}
   for name in names:
@@ -180,7 +182,8 @@ def teacher_forced_alpha(target, drafts, inputs, tokens, lengths, sampling,
   for start in range(0, len(tokens), batch):
     x = jnp.asarray(inputs[start:start + batch])
     t = jnp.asarray(tokens[start:start + batch])
-    valid = np.arange(t.shape[1])[None] < np.asarray(lengths[start:start + batch])[:, None]
+    rows = np.asarray(lengths[start:start + batch])
+    valid = np.arange(t.shape[1])[None] < rows[:, None]
     count += int(valid.sum())
     for name, draft in drafts.items():
       betas = np.asarray(_lenient_betas(target, draft, x, t, sampling=sampling,
@@ -275,7 +278,8 @@ def run(*, pair: str, draft_names, leniences: Sequence[float],
           out = decode_all(decode, inputs, batch, key)
           spec_quality, _, _ = quality(vocab, out, references, temperature, greedy_rows)
           alpha_decode = benchmarking.pooled_alpha(out.stats)
-          accepted, rejected = int(out.stats.accepted.sum()), int(out.stats.rejected.sum())
+          accepted = int(out.stats.accepted.sum())
+          rejected = int(out.stats.rejected.sum())
           spec_s = timing[str(l)][0]
           predicted = benchmarking.predicted_speedup(alpha_decode, gamma, cost["c"],
                                                      cost["v"])
@@ -338,8 +342,9 @@ def markdown(result: dict[str, Any]) -> str:
            f"{cfg['timed_sentences']} timed at batch 1; {cfg['device']} "
            f"({cfg['platform']}), {cfg['cpu_count']} CPUs; `{cfg['command']}`.", "",
            "## alpha_l (mean beta_l along the target's own outputs), beside the paper's",
-           "", "Paper rows: T5-XXL target on WMT EnDe (Table 5); ours: the shipped pair on "
-           "Multi30k. The paper's draft sizes have no counterpart here beyond their role.",
+           "", "Paper rows: T5-XXL target on WMT EnDe (Table 5); ours: the shipped pair "
+           "on Multi30k. The paper's draft sizes have no counterpart here beyond their "
+           "role.",
            "", header, "|---|---|" + "---|" * len(leniences)]
 
   def paper_values(values):
@@ -359,8 +364,9 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{_cells(paper_values(values))} |")
   lines += ["", "The paper's temperature-0 speed-ups with T5-small, "
             + " / ".join(f"{s:.1f}x" for s in result["paper"]["speedups_t0"])
-            + f", are Theorem 3.8 at c = {PAPER_C}, gamma = {PAPER_GAMMA} from its alphas: "
-            + " / ".join(f"{s:.2f}x" for s in result["paper"]["speedups_t0_from_theorem_3_8"])
+            + f", are Theorem 3.8 at c = {PAPER_C}, gamma = {PAPER_GAMMA} from its "
+            "alphas: " + " / ".join(
+                f"{s:.2f}x" for s in result["paper"]["speedups_t0_from_theorem_3_8"])
             + ". The column 'Thm 3.8 at the paper's c' below is the same formula at our "
             "alpha_l.", "",
             "## Speed and quality", "",
@@ -377,7 +383,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{r['alpha']:.3f} | {r['alpha_decode']:.3f} | {r['alpha_accepts']:.3f} | "
         f"{r['tokens_per_iteration']:.2f} | {r['baseline_ms_per_token']:.2f} | "
         f"{r['speculative_ms_per_token']:.2f} | {r['speedup']:.2f}x | "
-        f"{r['predicted_speedup']:.2f}x | {r['speedup_paper_c']:.2f}x | {q['bleu']:.1f} | "
+        f"{r['predicted_speedup']:.2f}x | {r['speedup_paper_c']:.2f}x | "
+        f"{q['bleu']:.1f} | "
         f"{qb['bleu']:.1f} | {log_p} | {q['distinct_2']:.3f} | "
         f"{'-' if same is None else f'{same:.2f}'} |")
   lines += ["", "Baselines (the target alone): " + "; ".join(

@@ -11,6 +11,11 @@ Statistical tests use fixed seeds, so they are deterministic; each states the
 false-alarm rate its threshold would have under fresh randomness.
 """
 
+import json
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -155,8 +160,9 @@ def test_one_lenient_step_has_the_closed_form_law(name, lenience):
   q64 = np.asarray(q, np.float64)
   keep = keep_probability(p, q, lenience)
   on_q = q64 > 0
-  np.testing.assert_allclose(keep[on_q], np.minimum(1.0, p64[on_q] / (lenience * q64[on_q])),
-                             rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(
+      keep[on_q], np.minimum(1.0, p64[on_q] / (lenience * q64[on_q])), rtol=RTOL,
+      atol=ATOL)
   beta_l = float(theory.acceptance(p64, q64, lenience=lenience))
   np.testing.assert_allclose(float(sample_lib.beta(p, q, lenience)), beta_l, rtol=RTOL)
   np.testing.assert_allclose(np.sum(q64 * keep), beta_l, rtol=RTOL, atol=ATOL)
@@ -391,7 +397,8 @@ def test_lenient_greedy_step_is_the_p_x_over_max_p_rule_on_many_crafted_rows():
     n, t, ok = sample_lib.lenient_greedy_step(jnp.asarray(logits), jnp.asarray(x),
                                               GREEDY, lenience)
     p = _float64(probabilities(jnp.asarray(logits), SamplingConfig(1.0)))
-    ratio = np.take_along_axis(p[:, :gamma], x[..., None], -1)[..., 0] / p[:, :gamma].max(-1)
+    p_x = np.take_along_axis(p[:, :gamma], x[..., None], -1)[..., 0]
+    ratio = p_x / p[:, :gamma].max(-1)
     clear = np.abs(ratio - lenience) > 1e-5  # float32 rounding aside
     np.testing.assert_array_equal(np.asarray(ok, bool)[clear], (ratio >= lenience)[clear])
     expected_n = np.cumprod(np.asarray(ok, bool), axis=1).sum(axis=1)
@@ -482,3 +489,32 @@ def test_numpy_scalar_lenience_is_accepted_and_equals_the_python_float():
   for lenience in (np.float32(0.5), np.float64(0.5)):
     assert sample_lib.check_lenience(lenience) == 0.5
     _assert_same_output(_decode(SamplingConfig(1.0), lenience=lenience), reference)
+
+
+# ------------------------------------------------------- scripts/bench_lenience.py
+
+
+@pytest.mark.slow
+def test_bench_lenience_runs_on_a_tiny_setting(tmp_path):
+  """The Table 5 script end to end on the shipped pair, four sentences (minutes)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  cmd = [sys.executable, os.path.join(root, "scripts", "bench_lenience.py"),
+         "--drafts=bigram", "--temperatures=1,0", "--leniences=1,0.3", "--gammas=2",
+         "--sentences=4", "--timed_sentences=1", "--repeats=1", "--max_new_tokens=8",
+         "--batch_size=4", "--alpha_batch=4", "--ngram_sentences=500",
+         f"--out_dir={tmp_path}"]
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=root)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(tmp_path / "bench_lenience.json") as f:
+    result = json.load(f)
+  assert (tmp_path / "bench_lenience.md").read_text() in proc.stdout
+  assert len(result["rows"]) == 2 * 2  # temperatures x leniences
+  for a in result["alpha"]:
+    # beta_l falls with l at every position, so its mean does too.
+    assert 0 <= a["alpha"]["1.0"] <= a["alpha"]["0.3"] <= 1
+  for r in result["rows"]:
+    assert r["speedup"] > 0 and 0 <= r["alpha_decode"] <= 1
+    if r["temperature"] == 0 and r["lenience"] == 1.0:
+      assert r["quality"]["identical_to_greedy"] == 1.0  # l = 1 is exact greedy
+  np.testing.assert_allclose(result["paper"]["speedups_t0_from_theorem_3_8"],
+                             result["paper"]["speedups_t0"], atol=0.05)
