@@ -357,6 +357,11 @@ def run_benchmark(*, task: str, target, target_cfg, drafts: dict[str, Any],
                              *[o.stats for o in spec_out])
         alpha_decode = benchmarking.pooled_alpha(stats)
         accepted, rejected = int(stats.accepted.sum()), int(stats.rejected.sum())
+        nonfinite = int(stats.nonfinite.sum())
+        if nonfinite:
+          logging.warning("%s, temperature %g, %s, gamma %d: %d positions with "
+                          "non-finite logits (NaN, +inf or no finite value)", task,
+                          temperature, d, gamma, nonfinite)
         speedup = base_s / spec_s
         predicted = benchmarking.predicted_speedup(alpha_decode, gamma, cost["c"],
                                                    cost["v"])
@@ -367,7 +372,7 @@ def run_benchmark(*, task: str, target, target_cfg, drafts: dict[str, Any],
             alpha_decode=alpha_decode,
             alpha_accepts=accepted / max(accepted + rejected, 1),
             iterations=int(stats.iterations.sum()), accepted=accepted,
-            rejected=rejected,
+            rejected=rejected, nonfinite=nonfinite,
             tokens_per_iteration=benchmarking.pooled_tokens_per_iteration(stats),
             eq1=float(theory.expected_tokens(alpha_decode, gamma)),
             **cost, c_hat=c_hat[d],

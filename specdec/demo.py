@@ -110,6 +110,9 @@ def run(pair: str, num_sentences: int, gamma: int | None, max_new_tokens: int,
                                                                       costs["c"]),
                costs=costs)
     row["measured_over_predicted"] = row["speedup"] / predicted
+    # Positions whose logits were NaN / +inf / all -inf (a broken model), both decodes.
+    row["nonfinite_positions"] = int(sum(
+        int(np.sum(o.stats.nonfinite)) for o in list(base_out) + list(spec_out)))
     if temperature == 0.0:
       row["identical_to_baseline"] = all(
           bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out))
@@ -177,6 +180,11 @@ def main(argv):
   print(format_table(result))
   print("\nTemperature 0 output identical to the baseline:",
         "yes" if result["rows"][0]["identical_to_baseline"] else "NO")
+  for row in result["rows"]:
+    if row["nonfinite_positions"]:
+      print(f"WARNING: temperature {row['temperature']:g}: "
+            f"{row['nonfinite_positions']} decoded positions had non-finite logits "
+            "(NaN, +inf or no finite value): the model is broken there")
   for e in result["examples"]:
     print(f"\n  EN   {e['source']}\n  REF  {e['reference']}\n  OUT  {e['speculative']}")
   for path, write in ((_JSON.value, None), (_PLOT.value, save_plot)):

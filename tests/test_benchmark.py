@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ROW_FIELDS = {
     "task", "temperature", "draft", "gamma", "alpha_decode", "alpha_accepts",
-    "iterations", "accepted", "rejected", "tokens_per_iteration", "eq1", "t_p1",
+    "iterations", "accepted", "rejected", "nonfinite", "tokens_per_iteration", "eq1", "t_p1",
     "t_p_gamma1", "t_q", "c", "v", "c_hat", "baseline_ms_per_token",
     "speculative_ms_per_token", "speedup", "predicted_speedup_paper",
     "predicted_speedup", "measured_over_predicted", "measured_over_predicted_paper",
@@ -46,6 +46,7 @@ def test_benchmark_json_has_every_field(tiny_run):
     assert set(row) == ROW_FIELDS, set(row) ^ ROW_FIELDS
     assert row["t_p1"] > 0 and row["t_q"] > 0 and row["t_p_gamma1"] > 0
     assert 0 <= row["alpha_decode"] <= 1 and 0 <= row["alpha_accepts"] <= 1
+    assert row["nonfinite"] == 0
     assert row["metric_baseline"].keys() == row["metric_speculative"].keys() == {"bleu"}
     if row["temperature"] == 0:
       assert row["identical_to_baseline"] is True  # Greedy is exact.
@@ -185,7 +186,8 @@ def test_paired_decode_timing_returns_each_decoders_outputs():
       time_module.sleep(delay)
       n = jnp.full((1,), length, jnp.int32)
       return sample.SampleOutput(tokens=x + length, lengths=n,
-                                 stats=sample.AutoregressiveStats(iterations=n))
+                                 stats=sample.AutoregressiveStats(iterations=n,
+                                                                   nonfinite=0 * n))
     return decode
 
   inputs = [jnp.full((1, 2), i, jnp.int32) for i in range(3)]

@@ -18,6 +18,7 @@ def test_the_demo_runs_on_two_sentences(tmp_path):
     assert 0.0 <= row["alpha"] <= 1.0
     assert 1.0 <= row["tokens_per_iteration"] <= 3.0
     assert row["speedup"] > 0 and row["predicted_speedup"] > 0
+    assert row["nonfinite_positions"] == 0
   assert len(result["examples"]) == 2
   table = demo.format_table(result)
   assert "meas/pred" in table
