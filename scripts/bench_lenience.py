@@ -133,16 +133,6 @@ def batched(inputs: np.ndarray, batch: int):
     yield jnp.asarray(chunk), size
 
 
-def lenient_decoder(target, draft, gamma: int, max_new_tokens: int,
-                    sampling: SamplingConfig, lenience: float):
-  """`benchmarking.speculative_decoder` with a lenience: decode(x, key)."""
-  def decode(x, key):
-    return sample.speculative_sample(target, draft, x, key, gamma=gamma,
-                                     max_new_tokens=max_new_tokens, sampling=sampling,
-                                     eos_id=data.EOS_ID, lenience=lenience)
-  return decode
-
-
 # ------------------------------------------------------------------------------
 # alpha_l along the target's own outputs (Section 3.1, with Appendix A.5's beta_l).
 # ------------------------------------------------------------------------------
@@ -267,7 +257,9 @@ def run(*, pair: str, draft_names, leniences: Sequence[float],
               target, draft, timed[0], gamma, max_new_tokens + gamma + 1,
               repeats=max(5, repeats))
         cost = costs[name, gamma]
-        decoders = {l: lenient_decoder(target, draft, gamma, max_new_tokens, sampling, l)
+        decoders = {l: benchmarking.speculative_decoder(
+                        target, draft, gamma, max_new_tokens, sampling, data.EOS_ID,
+                        lenience=l)
                     for l in leniences}
         timing = benchmarking.time_decodes_paired(
             dict(baseline=benchmarking.autoregressive_decoder(

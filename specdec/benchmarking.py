@@ -158,11 +158,12 @@ def time_decodes_paired(decoders: dict[str, Callable[[jax.Array, jax.Array],
 
 
 def speculative_decoder(target, draft, gamma: int, max_new_tokens: int,
-                        sampling: SamplingConfig, eos_id: int | None):
+                        sampling: SamplingConfig, eos_id: int | None,
+                        lenience: float = 1.0):
   def decode(x, key):
     return sample.speculative_sample(target, draft, x, key, gamma=gamma,
                                      max_new_tokens=max_new_tokens, sampling=sampling,
-                                     eos_id=eos_id)
+                                     eos_id=eos_id, lenience=lenience)
   return decode
 
 
