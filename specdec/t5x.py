@@ -1,29 +1,40 @@
-"""Speculative decoding inside T5X: a drop-in `EncoderDecoderModel` and a `decode_fn`.
+"""Speculative decoding inside T5X: drop-in models for its two model classes, a decode_fn.
 
-Two ways to decode a T5X model Mp with a draft Mq by Algorithm 1 of Leviathan, Kalman &
-Matias (ICML 2023), both traceable inside T5X's `PjitPartitioner`:
+Ways to decode a T5X model Mp with a draft Mq by Algorithm 1 of Leviathan, Kalman &
+Matias (ICML 2023), all traceable inside T5X's `PjitPartitioner`:
 
-* `SpeculativeEncoderDecoderModel` (recommended): a `t5x.models.EncoderDecoderModel`
-  whose `predict_batch_with_aux` calls `specdec.speculative_sample`. The target is the
-  model's own `module` and params; the draft is a second module (`draft_module`) whose
-  params live in the same train state under `params['specdec_draft']` (`DRAFT_KEY`),
-  so T5X shards them with its logical-axis rules and passes them to the compiled
-  decode as arguments. They get there at restore time: `insert_draft_checkpoint`
-  (with its `path`) in the restore config's `state_transformation_fns`, as
-  `configs/runs/infer.gin` sets it.
+* `SpeculativeEncoderDecoderModel` (recommended for T5): a
+  `t5x.models.EncoderDecoderModel` whose `predict_batch_with_aux` calls
+  `specdec.speculative_sample`. The target is the model's own `module` and params;
+  the draft is a second module (`draft_module`) whose params live in the same train
+  state under `params['specdec_draft']` (`DRAFT_KEY`), so T5X shards them with its
+  logical-axis rules and passes them to the compiled decode as arguments. They get
+  there at restore time: `insert_draft_checkpoint` (with its `path`) in the restore
+  config's `state_transformation_fns`, as `configs/runs/infer.gin` sets it.
+* `SpeculativeDecoderOnlyModel`: the same for T5X's `DecoderOnlyModel` (a language
+  model or prefix LM: `t5x/examples/decoder_only/network.py` or
+  `specdec.models.t5x_decoder.Transformer`), with per-row prompts as T5X passes
+  them (`decoder_causal_attention`, `initial_index`); `configs/runs/
+  infer_decoder_only.gin`.
 * `speculative_decode`: a function with T5X's `decode_fn` calling convention, for a
-  stock `EncoderDecoderModel` whose gin binds `decode_fn`. What it needs beyond
-  T5X's one-token callback, and why, is in its docstring.
+  stock `EncoderDecoderModel` or `DecoderOnlyModel` whose gin binds `decode_fn`.
+  What it needs beyond T5X's one-token callback, and why, is in its docstring.
 
-Both return T5X's shapes and order: decodes [B, num_decodes, L] and scores
-[B, num_decodes] sorted by increasing score (the model keeps the last, best, one
-unless `return_all_decodes`). A score is the log-probability of the decode under the
-target after the sampling transform (T5X's `rescale_log_probs=True`; 0 when greedy),
-from one teacher-forced target pass after decoding: the sampler never forms the
-target's probability of a whole sequence.
+All return T5X's shapes and order: decodes [B, num_decodes, L] and scores
+[B, num_decodes] sorted by increasing score (the models keep the last, best, one
+unless `return_all_decodes`). A score is what T5X's `temperature_sample` reports with
+its default `rescale_log_probs=True`: the sum over the decode's tokens (EOS included,
+nothing after it) of log softmax(logits / temperature, top-k / top-p masked) at the
+token, under the target, and 0 at temperature 0. specdec reads it from the
+sampler's `SampleOutput.log_probs`: the log of the target's p (temperature, top-k,
+top-p applied) at each committed token, taken from the verification pass that
+accepted it (Algorithm 1 computes p there anyway), so no pass is added. The two
+agree to float rounding, except that specdec floors each probability at 1e-30
+(`specdec.sample`) where T5X has none, and that a token at the edge of a top-k /
+top-p set is in or out by each implementation's own rounding.
 
-t5x is not on PyPI. This module imports without it; `SpeculativeEncoderDecoderModel`
-imports t5x when first used and raises an ImportError saying how to install it.
+t5x is not on PyPI. This module imports without it; the model classes import t5x
+when first used and raise an ImportError saying how to install it.
 """
 
 from __future__ import annotations
@@ -38,16 +49,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec import checkpoints
-from specdec.distributions import SamplingConfig, probabilities
+from specdec.distributions import SamplingConfig
 from specdec.models import t5
-from specdec.sample import speculative_sample
+from specdec.models import t5x_decoder
+from specdec.sample import SampleOutput, check_positive_int, speculative_sample
 
 Array = jax.Array
 PyTree = Any
 
 # Where the draft's parameters sit in the model's parameter tree. Not a key of
-# `t5.Transformer`'s tree (token_embedder, encoder, decoder), so the target's
-# checkpoint restores unchanged beside it.
+# `t5.Transformer`'s tree (token_embedder, encoder, decoder) nor of the decoder-only
+# one (decoder), so the target's checkpoint restores unchanged beside it.
 DRAFT_KEY = 'specdec_draft'
 # T5X's `EncoderDecoderModel` decodes to the output vocabulary's EOS, else 1.
 DEFAULT_EOS_ID = 1
@@ -56,18 +68,20 @@ _CONFIG_FIELDS = ('vocab_size', 'dtype', 'emb_dim', 'num_heads', 'num_encoder_la
                   'num_decoder_layers', 'head_dim', 'mlp_dim', 'mlp_activations',
                   'dropout_rate', 'logits_via_embedding')
 _T5X_NETWORK_MODULE = 't5x.examples.t5.network'
+# The `t5x_decoder.DecoderOnlyConfig` fields, which T5X's decoder-only
+# `network.TransformerConfig` shares by name.
+_DECODER_ONLY_FIELDS = ('vocab_size', 'dtype', 'emb_dim', 'num_heads', 'num_layers',
+                        'head_dim', 'mlp_dim', 'mlp_activations', 'dropout_rate',
+                        'logits_via_embedding')
+_T5X_DECODER_ONLY_MODULE = 't5x.examples.decoder_only.network'
+_MODEL_CLASSES = ('SpeculativeEncoderDecoderModel', 'SpeculativeDecoderOnlyModel')
 _T5X_MISSING = (
-    "specdec.t5x.SpeculativeEncoderDecoderModel subclasses T5X's EncoderDecoderModel, "
-    'but t5x cannot be imported. t5x is not on PyPI: install it from its source '
-    '(https://github.com/google-research/t5x; `pip install -e .` in a checkout), then '
-    "`pip install 'specdec[t5x]'`.")
+    "specdec.t5x.{name} subclasses a T5X model class, but t5x cannot be imported. t5x "
+    'is not on PyPI: install it from its source (https://github.com/google-research/'
+    "t5x; `pip install -e .` in a checkout), then `pip install 'specdec[t5x]'`.")
 # Decoder parameters `predict_batch_with_aux` takes (T5X passes others only to
 # decode_fns that declare them).
 _DECODER_PARAMS = ('decode_rng', 'eos_id')
-# A floor for the log of a probability: a sampled token at the edge of a top-k /
-# top-p set can fall just outside it in the scoring pass, whose rounding differs from
-# the cached decode's; the floor keeps such a score finite.
-_LOG_FLOOR = float(np.finfo(np.float32).tiny)
 
 
 # ------------------------------------------------------------------------------
@@ -93,6 +107,31 @@ def config_of(module: Any, name: str = 'module') -> t5.T5Config:
   # gin and T5X may give mlp_activations as a list; a jit-static config must hash.
   config = config.replace(mlp_activations=tuple(config.mlp_activations))
   t5.check_config(config)
+  return config
+
+
+def decoder_only_config_of(module: Any, name: str = 'module'
+                           ) -> t5x_decoder.DecoderOnlyConfig:
+  """The `t5x_decoder.DecoderOnlyConfig` of a decoder-only network: specdec's
+  `t5x_decoder.Transformer` or T5X's `t5x.examples.decoder_only.network.DecoderWrapper`
+  (same parameter tree and config field names; specdec computes attention logits in
+  float32 always, T5X in the network's dtype).
+
+  Raises:
+    TypeError: naming `name`, for any other module.
+  """
+  if isinstance(module, t5x_decoder.Transformer):
+    config = module.config
+  elif (type(module).__module__ == _T5X_DECODER_ONLY_MODULE
+        and hasattr(module, 'config')):
+    config = t5x_decoder.DecoderOnlyConfig(
+        **{f: getattr(module.config, f) for f in _DECODER_ONLY_FIELDS})
+  else:
+    raise TypeError(f'{name} must be specdec.models.t5x_decoder.Transformer or T5X\'s '
+                    't5x.examples.decoder_only.network.DecoderWrapper, got '
+                    f'{type(module).__name__}')
+  config = config.replace(mlp_activations=tuple(config.mlp_activations))
+  t5x_decoder.check_config(config)
   return config
 
 
@@ -124,6 +163,14 @@ def _flat_shapes(tree: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
           traverse_util.flatten_dict(dict(tree)).items()}
 
 
+def _check_shapes(path: Any, found: Mapping[str, Any], want: Mapping[str, Any]) -> None:
+  found, want = _flat_shapes(found), _flat_shapes(want)
+  for key in sorted(set(found) | set(want)):
+    if found.get(key) != want.get(key):
+      raise ValueError(f'draft checkpoint {path}: parameter {key!r} has shape '
+                       f'{found.get(key)}, the draft module expects {want.get(key)}')
+
+
 def insert_draft_checkpoint(state_dict: Mapping[str, Any],
                             target_state_dict: Mapping[str, Any], *,
                             is_resuming: bool = False, path: Optional[str] = None,
@@ -137,7 +184,7 @@ def insert_draft_checkpoint(state_dict: Mapping[str, Any],
   the arrays it reads itself (`RestoreCheckpointConfig.dtype`), not arrays a
   transformation returns: give the same `dtype` here (configs/runs/infer.gin does).
   A checkpoint that already holds a draft (written from this model's train state) is
-  returned unchanged.
+  returned unchanged. Serves both speculative models.
 
   Args:
     state_dict: the optimizer state read from the target checkpoint.
@@ -157,20 +204,17 @@ def insert_draft_checkpoint(state_dict: Mapping[str, Any],
   expected = target_state_dict.get('target', {})
   if DRAFT_KEY not in expected:
     raise ValueError(f'the model being restored has no {DRAFT_KEY!r} parameters: '
-                     'insert_draft_checkpoint is for SpeculativeEncoderDecoderModel')
+                     'insert_draft_checkpoint is for SpeculativeEncoderDecoderModel '
+                     'and SpeculativeDecoderOnlyModel')
   if DRAFT_KEY in state_dict.get('target', {}):
     return dict(state_dict)
   draft = checkpoints.load_t5x(os.fspath(path), dtype=dtype)
-  found, want = _flat_shapes(draft), _flat_shapes(expected[DRAFT_KEY])
-  for key in sorted(set(found) | set(want)):
-    if found.get(key) != want.get(key):
-      raise ValueError(f'draft checkpoint {path}: parameter {key!r} has shape '
-                       f'{found.get(key)}, the draft module expects {want.get(key)}')
+  _check_shapes(path, draft, expected[DRAFT_KEY])
   return {**state_dict, 'target': {**state_dict['target'], DRAFT_KEY: draft}}
 
 
 # ------------------------------------------------------------------------------
-# The decode both entry points share.
+# The decodes the entry points share.
 # ------------------------------------------------------------------------------
 def sampling_from_t5x(temperature: float = 1.0, topk: int = 0,
                       topp: float = 0.0) -> SamplingConfig:
@@ -181,43 +225,44 @@ def sampling_from_t5x(temperature: float = 1.0, topk: int = 0,
   return SamplingConfig(temperature=temperature, top_k=topk or None, top_p=topp or None)
 
 
-def sequence_scores(model: t5.T5, inputs: Array, tokens: Array, lengths: Array,
-                    sampling: SamplingConfig) -> Array:
-  """float32[B]: log-probability of each decode under `model` and `sampling`.
+def _check_num_decodes(num_decodes: Any) -> int:
+  if isinstance(num_decodes, bool) or not isinstance(num_decodes, int) or num_decodes < 1:
+    raise ValueError(f'num_decodes must be an int >= 1, got {num_decodes!r}')
+  return num_decodes
 
-  Args:
-    model: the target.
-    inputs: int[B, S], encoder tokens.
-    tokens: int32[B, L], decodes (0 past each row's length).
-    lengths: int32[B], decoded tokens per row, EOS included.
-    sampling: the transform the decode sampled under.
 
-  Returns:
-    sum over positions t < lengths[b] of log p_sampling(tokens[b, t] | tokens[b, :t]),
-    from one teacher-forced pass; all zeros when greedy, as T5X reports.
-  """
-  if sampling.greedy:
-    return jnp.zeros(tokens.shape[:1], jnp.float32)
-  valid = jnp.arange(tokens.shape[1])[None] < lengths[:, None]
-  decoder_inputs = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)),
-                           constant_values=t5.DECODER_START_ID)
-  # Targets only set the decoder's padding mask: every decoded position is real,
-  # even a 0 the model produced.
-  logits = model.module.apply({'params': model.params}, inputs, decoder_inputs,
-                              valid.astype(jnp.int32), enable_dropout=False)
-  probs = jnp.take_along_axis(probabilities(logits, sampling), tokens[..., None],
-                              axis=-1)[..., 0]
-  return jnp.sum(jnp.where(valid, jnp.log(jnp.maximum(probs, _LOG_FLOOR)), 0.0),
-                 axis=1)
+def _stats(out: SampleOutput, lengths: Array) -> dict[str, Array]:
+  return {'length': lengths, 'iterations': out.stats.iterations,
+          'drafted': out.stats.drafted, 'accepted': out.stats.accepted,
+          'alpha_hat': out.stats.alpha_hat}
+
+
+def _sorted_by_score(batch: int, num_decodes: int, tokens: Array, scores: Array,
+                     stats: Mapping[str, Array]
+                     ) -> tuple[Array, Array, dict[str, Array]]:
+  """Rows b * num_decodes + j (T5X's order) -> [B, num_decodes, ...], sorted by
+  increasing score along axis 1, as T5X's decodes are."""
+  def unflatten(x: Array) -> Array:
+    return x.reshape((batch, num_decodes) + x.shape[1:])
+
+  order = jnp.argsort(unflatten(scores), axis=1)
+
+  def sort(x: Array) -> Array:
+    x = unflatten(x)
+    index = order.reshape(order.shape + (1,) * (x.ndim - 2))
+    return jnp.take_along_axis(x, index, axis=1)
+
+  return sort(tokens), sort(scores), {k: sort(v) for k, v in stats.items()}
 
 
 def decode(target: t5.T5, draft: t5.T5, inputs: Array, rng: Optional[Array], *,
            max_decode_length: int, num_decodes: int, eos_id: int, gamma: int,
            sampling: SamplingConfig) -> tuple[Array, Array, dict[str, Array]]:
-  """num_decodes speculative decodes of each row, sorted as T5X sorts them.
+  """num_decodes speculative decodes of each row of an encoder-decoder, sorted as T5X
+  sorts them.
 
   One compiled program per static configuration (T5X traces it inside its own pjit;
-  called directly, it is jitted here, so that scoring does not run op by op).
+  called directly, it is jitted here).
 
   Args:
     target: Mp.
@@ -231,104 +276,163 @@ def decode(target: t5.T5, draft: t5.T5, inputs: Array, rng: Optional[Array], *,
     sampling: applied to both models.
 
   Returns:
-    decodes int32[B, num_decodes, L], scores float32[B, num_decodes], both sorted by
-    increasing score along axis 1, and the per-decode statistics in the same order,
+    decodes int32[B, num_decodes, L]; scores float32[B, num_decodes], T5X's
+    (module docstring: the sum of the sampler's `log_probs`); both sorted by
+    increasing score along axis 1; and the per-decode statistics in the same order,
     each [B, num_decodes]: 'length', 'iterations' (target calls), 'drafted',
     'accepted', 'alpha_hat' (mean beta along the decode, the paper's alpha).
   """
-  if isinstance(num_decodes, bool) or not isinstance(num_decodes, int) or num_decodes < 1:
-    raise ValueError(f'num_decodes must be an int >= 1, got {num_decodes!r}')
   return _decode(target, draft, inputs,
                  jax.random.PRNGKey(0) if rng is None else rng,
-                 max_decode_length=max_decode_length, num_decodes=num_decodes,
-                 eos_id=eos_id, gamma=gamma, sampling=sampling)
+                 max_decode_length=max_decode_length,
+                 num_decodes=_check_num_decodes(num_decodes), eos_id=eos_id,
+                 gamma=gamma, sampling=sampling)
 
 
 @functools.partial(jax.jit, static_argnames=('max_decode_length', 'num_decodes',
                                              'eos_id', 'gamma', 'sampling'))
 def _decode(target, draft, inputs, rng, *, max_decode_length, num_decodes, eos_id,
             gamma, sampling):
-  batch = inputs.shape[0]
   # T5X's row order: the decodes of row b are rows b * num_decodes + j.
   flat = jnp.repeat(inputs, num_decodes, axis=0)
   out = speculative_sample(target, draft, flat, rng, gamma=gamma,
                            max_new_tokens=max_decode_length, sampling=sampling,
                            eos_id=eos_id)
-  scores = sequence_scores(target, flat, out.tokens, out.lengths, sampling)
-  stats = {'length': out.lengths, 'iterations': out.stats.iterations,
-           'drafted': out.stats.drafted, 'accepted': out.stats.accepted,
-           'alpha_hat': out.stats.alpha_hat}
-
-  def unflatten(x: Array) -> Array:
-    return x.reshape((batch, num_decodes) + x.shape[1:])
-
-  order = jnp.argsort(unflatten(scores), axis=1)
-
-  def sort(x: Array) -> Array:
-    x = unflatten(x)
-    index = order.reshape(order.shape + (1,) * (x.ndim - 2))
-    return jnp.take_along_axis(x, index, axis=1)
-
-  return sort(out.tokens), sort(scores), {k: sort(v) for k, v in stats.items()}
+  return _sorted_by_score(inputs.shape[0], num_decodes, out.tokens, out.scores,
+                          _stats(out, out.lengths))
 
 
-def _check_gamma(gamma: Any) -> None:
-  if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-    raise ValueError(f'gamma must be an int >= 1, got {gamma!r}')
+def decode_decoder_only(target: t5x_decoder.T5XDecoder,
+                        draft: t5x_decoder.T5XDecoder, inputs: Array,
+                        rng: Optional[Array], *, num_decodes: int, eos_id: int,
+                        gamma: int, sampling: SamplingConfig
+                        ) -> tuple[Array, Array, dict[str, Array]]:
+  """num_decodes speculative decodes of each prompt, as T5X's `DecoderOnlyModel`
+  returns them.
+
+  Row b's prompt is T5X's: inputs[b] = [0, prompt (P_b tokens), 0, ...], P_b being
+  T5X's `initial_index` (`t5x_decoder.prefix_lengths`). T5X's `temperature_sample`
+  writes the decode at positions P_b + 1 .. L of the length-L sequence, so it
+  generates at most L - P_b tokens, and `DecoderOnlyModel` returns them shifted to
+  the front (`remove_prefix`). Here each row is sampled for up to L tokens and cut
+  at L - P_b: the first L - P_b tokens of a longer sample have exactly the law of a
+  sample of L - P_b tokens, so the output is T5X's (its greedy decode at
+  temperature 0). The sampler takes one length for the whole batch, so a row that
+  meets no EOS decodes P_b tokens more than it keeps.
+
+  Args:
+    target: Mp.
+    draft: Mq, the same vocabulary; fed the same prompts.
+    inputs: int[B, L], T5X's `decoder_input_tokens * decoder_causal_attention`.
+    rng: a PRNG key, or None for T5X's default `PRNGKey(0)`.
+    num_decodes: independent decodes per row.
+    eos_id: the token that ends a decode.
+    gamma: draft tokens per iteration.
+    sampling: applied to both models.
+
+  Returns:
+    decodes int32[B, num_decodes, L] (row b's first L - P_b positions at most are
+    non-zero), scores float32[B, num_decodes] (T5X's, over those tokens), sorted by
+    increasing score along axis 1, and the statistics of `decode` in that order
+    ('length' counts the kept tokens; the others, the whole decode).
+  """
+  return _decode_decoder_only(target, draft, inputs,
+                              jax.random.PRNGKey(0) if rng is None else rng,
+                              num_decodes=_check_num_decodes(num_decodes),
+                              eos_id=eos_id, gamma=gamma, sampling=sampling)
 
 
-def _check_pair(target: t5.T5Config, draft: t5.T5Config) -> None:
+@functools.partial(jax.jit, static_argnames=('num_decodes', 'eos_id', 'gamma',
+                                             'sampling'))
+def _decode_decoder_only(target, draft, inputs, rng, *, num_decodes, eos_id, gamma,
+                         sampling):
+  length = inputs.shape[1]
+  flat = jnp.repeat(inputs, num_decodes, axis=0)
+  out = speculative_sample(target, draft, flat, rng, gamma=gamma,
+                           max_new_tokens=length, sampling=sampling, eos_id=eos_id)
+  budget = length - t5x_decoder.prefix_lengths(flat)  # [N], T5X's tokens per row
+  kept = jnp.arange(length)[None] < budget[:, None]
+  tokens = jnp.where(kept, out.tokens, 0)
+  scores = jnp.sum(jnp.where(kept, out.log_probs, 0.0), axis=1)
+  return _sorted_by_score(inputs.shape[0], num_decodes, tokens, scores,
+                          _stats(out, jnp.minimum(out.lengths, budget)))
+
+
+def _check_pair(target: Any, draft: Any) -> None:
   if target.vocab_size != draft.vocab_size:
     raise ValueError(f'draft_module: vocab_size {draft.vocab_size} differs from the '
-                     f"target's {target.vocab_size}; Algorithm 1 compares p and q token "
-                     'by token')
+                     f"target's {target.vocab_size}; Algorithm 1 compares p and q "
+                     'token by token')
 
 
 # ------------------------------------------------------------------------------
 # The decode_fn.
 # ------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=4)
-def _draft_params(path: str, config: t5.T5Config) -> PyTree:
+def _draft_params(path: str, config: Any) -> PyTree:
   # Read once per process: T5X calls the decode_fn at every trace.
-  return checkpoints.load_t5x(path, config, dtype=config.dtype)
+  if isinstance(config, t5.T5Config):
+    return checkpoints.load_t5x(path, config, dtype=config.dtype)
+  params = checkpoints.load_t5x(path, dtype=config.dtype)
+  _check_shapes(path, params, t5x_decoder.param_shapes(config))
+  return params
 
 
-def _target_from_callback(tokens_to_logits: Callable[..., Any]
-                          ) -> tuple[t5.T5, Array]:
-  """(the target as a `t5.T5`, encoder tokens [B * num_decodes, S]) from T5X's callback.
+def _model_from_callback(tokens_to_logits: Callable[..., Any]
+                         ) -> tuple[Any, Mapping[str, Any]]:
+  """(T5X's model, the keywords bound into its callback).
 
   `EncoderDecoderModel.predict_batch_with_aux` binds the callback as
   `functools.partial(model._compute_logits_from_slice, params=..., encoded_inputs=...,
-  raw_inputs=..., max_decode_length=...)`; its model, params and raw inputs are all a
-  chunked target needs.
+  raw_inputs=..., max_decode_length=...)`, `DecoderOnlyModel`'s as the same partial
+  with `params` and `max_decode_length` only; the model, params and (encoder-decoder)
+  raw inputs are all a chunked target needs.
   """
   func = getattr(tokens_to_logits, 'func', None)
   keywords = getattr(tokens_to_logits, 'keywords', {})
   if (not isinstance(tokens_to_logits, functools.partial)
       or getattr(func, '__name__', None) != '_compute_logits_from_slice'
-      or not hasattr(func, '__self__')
-      or not {'params', 'raw_inputs'} <= set(keywords)):
+      or not hasattr(func, '__self__') or 'params' not in keywords):
     raise TypeError(
-        'tokens_to_logits must be the callback T5X\'s EncoderDecoderModel.'
-        'predict_batch_with_aux builds (a functools.partial of '
-        '_compute_logits_from_slice with params and raw_inputs); speculative_decode '
-        f'reads the target from it, got {tokens_to_logits!r}')
-  config = config_of(func.__self__.module, 'the T5X model\'s module')
-  return t5.T5(config, keywords['params']), keywords['raw_inputs']
+        'tokens_to_logits must be the callback T5X\'s EncoderDecoderModel or '
+        'DecoderOnlyModel.predict_batch_with_aux builds (a functools.partial of '
+        '_compute_logits_from_slice with params); speculative_decode reads the '
+        f'target from it, got {tokens_to_logits!r}')
+  return func.__self__, keywords
+
+
+def with_prefix(inputs: Array, decodes: Array) -> Array:
+  """T5X's `temperature_sample` layout of decoder-only decodes, which
+  `DecoderOnlyModel` undoes with `remove_prefix`.
+
+  Args:
+    inputs: int[B, L], T5X's decoder-only prompts (`t5x_decoder.prefix_lengths`).
+    decodes: int32[B, n, L], generated tokens first (`decode_decoder_only`).
+
+  Returns:
+    int32[B, n, L]: row b's prompt inputs[b, 1:P_b + 1], then its decode.
+  """
+  length = inputs.shape[1]
+  prefix = t5x_decoder.prefix_lengths(inputs)[:, None, None]  # [B, 1, 1]
+  positions = jnp.arange(length)[None, None]  # [1, 1, L]
+  generated = jnp.take_along_axis(decodes, jnp.maximum(positions - prefix, 0), axis=2)
+  prompt = jnp.pad(inputs[:, 1:], ((0, 0), (0, 1)))[:, None].astype(decodes.dtype)
+  return jnp.where(positions < prefix, prompt, generated)
 
 
 def speculative_decode(*, inputs: Array, cache: Mapping[str, Array],
                        tokens_to_logits: Callable[..., Any], eos_id: int,
                        num_decodes: int = 1, decode_rng: Optional[Array] = None,
-                       cache_offset: int = 0, draft_module: Any = None,
+                       cache_offset: int = 0, initial_index: Optional[Array] = None,
+                       draft_module: Any = None,
                        draft_checkpoint_path: Optional[str] = None, gamma: int = 7,
                        temperature: float = 1.0, topk: int = 0, topp: float = 0.0,
                        **kwargs) -> tuple[Array, Array]:
   """Speculative decoding with T5X's `decode_fn` convention (like `temperature_sample`).
 
   Bind it as `models.EncoderDecoderModel.decode_fn = @specdec_t5x.speculative_decode`
-  with `draft_module`, `draft_checkpoint_path`, `gamma` and the sampling arguments
-  bound in gin too.
+  (or `models.DecoderOnlyModel.decode_fn`) with `draft_module`,
+  `draft_checkpoint_path`, `gamma` and the sampling arguments bound in gin too.
 
   What it needs beyond T5X's one-token callback, and why:
 
@@ -336,30 +440,37 @@ def speculative_decode(*, inputs: Array, cache: Mapping[str, Array],
      call, and rows accept different numbers of tokens, so each row rewinds its cache
      on its own. T5X's `tokens_to_logits` feeds one token against a cache with one
      shared index, and `cache` is that cache: neither can do this. So the function
-     reads the model, `params` and `raw_inputs` (the encoder tokens) bound into
-     `tokens_to_logits` by `EncoderDecoderModel.predict_batch_with_aux`, rebuilds the
-     target as a `specdec.models.t5.T5` with a chunked, per-row cache, and ignores
-     `cache` and `cache_offset` (XLA drops T5X's unused cache). The model's module
-     must be specdec's `t5.Transformer` or T5X's `network.Transformer`.
+     reads the model and `params` (and, for an encoder-decoder, `raw_inputs`, the
+     encoder tokens) bound into `tokens_to_logits` by the model's
+     `predict_batch_with_aux`, rebuilds the target with a chunked, per-row cache
+     (`specdec.models.t5.T5`, or `t5x_decoder.T5XDecoder` with the model's
+     `inputs_bidirectional_attention`), and ignores `cache` and `cache_offset` (XLA
+     drops T5X's unused cache). The model's module must be specdec's or T5X's
+     network of that kind (`config_of`, `decoder_only_config_of`).
   2. A draft. Algorithm 1 needs the draft's distributions q; T5X gives one model. The
-     draft is `draft_module` with the T5X checkpoint at `draft_checkpoint_path`,
-     read once per process. T5X passes a decode_fn no parameters of its own, so the
-     draft's weights enter the compiled program as constants, replicated: fine for
-     a small draft, but `SpeculativeEncoderDecoderModel` passes them as sharded
-     arguments instead and should be preferred.
-  3. No decoder prompt: `inputs` gives only L = inputs.shape[1]; it must be all
-     padding (T5X's default `prompt_with_targets=False`). Under jit its values cannot
-     be checked here.
+     draft is `draft_module` (of the target's kind) with the T5X checkpoint at
+     `draft_checkpoint_path`, read once per process. T5X passes a decode_fn no
+     parameters of its own, so the draft's weights enter the compiled program as
+     constants, replicated: fine for a small draft, but the Speculative*Model
+     classes pass them as sharded arguments instead and should be preferred.
+  3. Prompts. An encoder-decoder takes none: `inputs` gives only L = inputs.shape[1]
+     and must be all padding (T5X's default `prompt_with_targets=False`; under jit
+     its values cannot be checked). A decoder-only model's `inputs` are its prompts
+     (`decode_decoder_only`), and `initial_index` is T5X's
+     `t5x_decoder.prefix_lengths(inputs)`, which is recomputed from them; the
+     decodes come back in `temperature_sample`'s layout (`with_prefix`), which
+     `DecoderOnlyModel` shifts back.
 
   Args:
-    inputs: int32[B, L], zeros; its length is the decode length.
+    inputs: int32[B, L]: zeros (encoder-decoder) or prompts (decoder-only).
     cache: T5X's one-token cache (unused, see 1).
     tokens_to_logits: T5X's callback (see 1).
     eos_id: the token that ends a decode.
     num_decodes: independent decodes per row.
     decode_rng: a PRNG key; None is T5X's `PRNGKey(0)`.
     cache_offset: T5X's scanned-layer cache axis (unused, see 1).
-    draft_module: the draft network (specdec's or T5X's T5 Transformer).
+    initial_index: int32[B], decoder-only models only (see 3).
+    draft_module: the draft network (specdec's or T5X's, the target's kind).
     draft_checkpoint_path: the draft's T5X checkpoint.
     gamma: draft tokens per iteration.
     temperature, topk, topp: as in T5X's `temperature_sample` (0 = off).
@@ -367,39 +478,55 @@ def speculative_decode(*, inputs: Array, cache: Mapping[str, Array],
 
   Returns:
     (decodes int32[B, num_decodes, L], scores float32[B, num_decodes]), sorted by
-    increasing score along axis 1.
+    increasing score along axis 1; scores as the module docstring says.
   """
   del cache, cache_offset
   if kwargs:
     raise ValueError(f'speculative_decode: unsupported decoder params {sorted(kwargs)}')
-  _check_gamma(gamma)
+  check_positive_int('gamma', gamma)
   if draft_module is None:
     raise ValueError('draft_module is unset (gin: speculative_decode.draft_module)')
   if not draft_checkpoint_path:
     raise ValueError('draft_checkpoint_path is unset (gin: '
                      'speculative_decode.draft_checkpoint_path = %DRAFT_CHECKPOINT_PATH)')
   sampling = sampling_from_t5x(temperature, topk, topp)
-  target, raw_inputs = _target_from_callback(tokens_to_logits)
-  draft_config = config_of(draft_module, 'draft_module')
+  model, keywords = _model_from_callback(tokens_to_logits)
+  path = os.fspath(draft_checkpoint_path)
+  if 'raw_inputs' in keywords:
+    if initial_index is not None:
+      raise ValueError('initial_index: an encoder-decoder decode starts from the '
+                       'decoder start token; decoder prompts are not supported')
+    target = t5.T5(config_of(model.module, "the T5X model's module"),
+                   keywords['params'])
+    draft_config = config_of(draft_module, 'draft_module')
+    _check_pair(target.config, draft_config)
+    draft = t5.T5(draft_config, _draft_params(path, draft_config))
+    # T5X expanded the encoder tokens to [B * num_decodes, S]; `decode` expands
+    # itself.
+    decodes, scores, _ = decode(target, draft, keywords['raw_inputs'][::num_decodes],
+                                decode_rng, max_decode_length=inputs.shape[1],
+                                num_decodes=num_decodes, eos_id=eos_id, gamma=gamma,
+                                sampling=sampling)
+    return decodes, scores
+  bidirectional = bool(getattr(model, '_inputs_bidirectional_attention', False))
+  target = t5x_decoder.T5XDecoder(
+      decoder_only_config_of(model.module, "the T5X model's module"),
+      keywords['params'], bidirectional_prefix=bidirectional)
+  draft_config = decoder_only_config_of(draft_module, 'draft_module')
   _check_pair(target.config, draft_config)
-  draft = t5.T5(draft_config, _draft_params(os.fspath(draft_checkpoint_path),
-                                            draft_config))
-  # T5X expanded the encoder tokens to [B * num_decodes, S]; `decode` expands itself.
-  decodes, scores, _ = decode(target, draft, raw_inputs[::num_decodes], decode_rng,
-                              max_decode_length=inputs.shape[1],
-                              num_decodes=num_decodes, eos_id=eos_id, gamma=gamma,
-                              sampling=sampling)
-  return decodes, scores
+  draft = t5x_decoder.T5XDecoder(draft_config, _draft_params(path, draft_config),
+                                 bidirectional_prefix=bidirectional)
+  decodes, scores, _ = decode_decoder_only(target, draft, inputs, decode_rng,
+                                           num_decodes=num_decodes, eos_id=eos_id,
+                                           gamma=gamma, sampling=sampling)
+  return with_prefix(inputs, decodes), scores
 
 
 # ------------------------------------------------------------------------------
-# The model (built on first use: it subclasses a t5x class).
+# The models (built on first use: they subclass t5x classes).
 # ------------------------------------------------------------------------------
-def _model_class() -> type:
-  try:
-    from t5x import models  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ImportError(_T5X_MISSING) from e
+def _model_classes() -> dict[str, type]:
+  from t5x import models  # pylint: disable=g-import-not-at-top
   import flax.core  # pylint: disable=g-import-not-at-top
 
   class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
@@ -433,7 +560,7 @@ def _model_class() -> type:
             'decode_fn: SpeculativeEncoderDecoderModel decodes with speculative '
             'sampling itself; to bind a decode_fn, use models.EncoderDecoderModel '
             'with decode_fn=specdec.t5x.speculative_decode')
-      _check_gamma(gamma)
+      self.gamma = check_positive_int('gamma', gamma)
       if not isinstance(sampling, SamplingConfig):
         raise TypeError(f'sampling must be a specdec.SamplingConfig, got '
                         f'{type(sampling).__name__}')
@@ -442,7 +569,6 @@ def _model_class() -> type:
       _check_pair(self._target_config, self._draft_config)
       sampling.validate_vocab(self._target_config.vocab_size)
       self.draft_module = draft_module
-      self.gamma = gamma
       self.sampling = sampling
       super().__init__(module, input_vocabulary, output_vocabulary, optimizer_def,
                        **kwargs)
@@ -459,17 +585,12 @@ def _model_class() -> type:
                          input_types.get('decoder_input_tokens', jnp.int32))
       draft = flax.core.unfreeze(self.draft_module.init(
           draft_rng, encoder, decoder, decoder, decode=False, enable_dropout=False))
-      return flax.core.freeze({
-          'params': {**target['params'], DRAFT_KEY: draft['params']},
-          'params_axes': {**target['params_axes'], DRAFT_KEY: draft['params_axes']},
-      })
+      return _with_draft_variables(target, draft)
 
     def _compute_logits(self, params, batch, dropout_rng=None, mutable=False,
                         other_variables=None):
       # The loss and scores are the target's alone.
-      target_params = ({k: v for k, v in params.items() if k != DRAFT_KEY}
-                       if DRAFT_KEY in params else params)
-      return super()._compute_logits(target_params, batch, dropout_rng, mutable,
+      return super()._compute_logits(_target_only(params), batch, dropout_rng, mutable,
                                      other_variables)
 
     def predict_batch_with_aux(self, params, batch, rng=None, decoder_params=None,
@@ -491,16 +612,8 @@ def _model_class() -> type:
         return_all_decodes = self._default_decoder_params.return_all_decodes
       if num_decodes is None:
         num_decodes = self._default_decoder_params.num_decodes
-      decoder_params = dict(decoder_params or {})
-      unknown = sorted(set(decoder_params) - set(_DECODER_PARAMS))
-      if unknown:
-        raise ValueError(f'decoder_params: unsupported keys {unknown}; supported: '
-                         f'{list(_DECODER_PARAMS)}')
-      if rng is not None and decoder_params.get('decode_rng') is not None:
-        raise ValueError('rng and decoder_params["decode_rng"] are both set; give one')
-      rng = rng if rng is not None else decoder_params.get('decode_rng')
-      eos_id = decoder_params.get('eos_id', self.output_vocabulary.eos_id
-                                  or DEFAULT_EOS_ID)
+      rng, eos_id = _decoder_params(decoder_params, rng,
+                                    self.output_vocabulary.eos_id or DEFAULT_EOS_ID)
       target_params, draft_params = split_params(params)
       decodes, scores, stats = decode(
           t5.T5(self._target_config, target_params),
@@ -508,19 +621,148 @@ def _model_class() -> type:
           max_decode_length=batch['decoder_input_tokens'].shape[1],
           num_decodes=num_decodes, eos_id=eos_id, gamma=self.gamma,
           sampling=self.sampling)
-      aux = {'scores': scores, **stats}
-      if return_all_decodes:
-        return decodes, aux
-      return decodes[:, -1], {k: v[:, -1] for k, v in aux.items()}
+      return _best_or_all(decodes, {'scores': scores, **stats}, return_all_decodes)
 
-  SpeculativeEncoderDecoderModel.__module__ = __name__
-  return SpeculativeEncoderDecoderModel
+  class SpeculativeDecoderOnlyModel(models.DecoderOnlyModel):
+    """T5X's `DecoderOnlyModel`, predicting by speculative decoding.
+
+    Training, scoring and the target's checkpoint are T5X's; `predict_batch` and
+    `predict_batch_with_aux` decode each prompt with `specdec.speculative_sample`
+    (`decode_decoder_only`), exactly the target's distribution under `sampling`
+    (Appendix A.1), and at temperature 0 the greedy decode that T5X's
+    `temperature_sample` gives. Prompts are T5X's: `decoder_input_tokens *
+    decoder_causal_attention`, each row decoded from its own `initial_index`. The
+    parameter tree is the target's plus the draft's under `DRAFT_KEY` (see
+    `insert_draft_checkpoint`); loss and scores use the target only.
+
+    Args:
+      module: the target network (specdec's `t5x_decoder.Transformer`, or T5X's
+        decoder-only `network.DecoderWrapper`, which has the same parameters).
+      vocabulary, optimizer_def, feature_converter_cls, label_smoothing, z_loss,
+        loss_normalizing_factor: as `DecoderOnlyModel`.
+      inputs_bidirectional_attention: as `DecoderOnlyModel` (a prefix LM); the
+        draft's prompt is read the same way.
+      draft_module: the draft network, same vocabulary.
+      gamma: draft tokens per iteration.
+      sampling: temperature / top-k / top-p, applied to target and draft alike.
+    """
+
+    def __init__(self, module, vocabulary, optimizer_def=None, *, draft_module,
+                 gamma: int, sampling: SamplingConfig = SamplingConfig(),
+                 decode_fn=None, **kwargs):
+      if decode_fn is not None:
+        raise ValueError(
+            'decode_fn: SpeculativeDecoderOnlyModel decodes with speculative '
+            'sampling itself; to bind a decode_fn, use models.DecoderOnlyModel '
+            'with decode_fn=specdec.t5x.speculative_decode')
+      self.gamma = check_positive_int('gamma', gamma)
+      if not isinstance(sampling, SamplingConfig):
+        raise TypeError(f'sampling must be a specdec.SamplingConfig, got '
+                        f'{type(sampling).__name__}')
+      self._target_config = decoder_only_config_of(module, 'module')
+      self._draft_config = decoder_only_config_of(draft_module, 'draft_module')
+      _check_pair(self._target_config, self._draft_config)
+      sampling.validate_vocab(self._target_config.vocab_size)
+      self.draft_module = draft_module
+      self.sampling = sampling
+      super().__init__(module, vocabulary, optimizer_def, **kwargs)
+
+    def get_initial_variables(self, rng, input_shapes, input_types=None):
+      """The target's variables (T5X's) plus the draft's under `DRAFT_KEY`."""
+      target_rng, draft_rng = jax.random.split(rng)
+      target = flax.core.unfreeze(
+          super().get_initial_variables(target_rng, input_shapes, input_types))
+      tokens = jnp.ones(input_shapes['decoder_input_tokens'],
+                        (input_types or {}).get('decoder_input_tokens', jnp.int32))
+      draft = flax.core.unfreeze(self.draft_module.init(draft_rng, tokens, tokens,
+                                                        enable_dropout=False))
+      return _with_draft_variables(target, draft)
+
+    def _compute_logits(self, params, batch, dropout_rng=None, mutable=False,
+                        other_variables=None):
+      # The loss and scores are the target's alone.
+      return super()._compute_logits(_target_only(params), batch, dropout_rng, mutable,
+                                     other_variables)
+
+    def predict_batch_with_aux(self, params, batch, rng=None, *,
+                               return_all_decodes=False, num_decodes=1,
+                               decoder_params=None):
+      """Speculative decodes of the prompts in `batch` [B, L] (T5X's features).
+
+      Returns (decodes, aux) as T5X's `DecoderOnlyModel` does: decodes int32[B, L]
+      (the best of num_decodes) or [B, num_decodes, L] with `return_all_decodes`,
+      each row's generated tokens first (at most L - initial_index of them), zeros
+      after; aux holds 'scores' and the statistics of `decode_decoder_only`, each
+      [B] or [B, num_decodes], in the decodes' order. `decoder_params` may hold
+      'decode_rng' and 'eos_id'.
+      """
+      if 'decoder_causal_attention' not in batch:
+        raise ValueError(
+            'batch has no decoder_causal_attention: decoder-only prediction needs '
+            "prompts (seqio.DecoderFeatureConverter with both 'inputs' and "
+            "'targets' feature lengths), as T5X's DecoderOnlyModel does")
+      rng, eos_id = _decoder_params(decoder_params, rng,
+                                    self.output_vocabulary.eos_id or DEFAULT_EOS_ID)
+      target_params, draft_params = split_params(params)
+      bidirectional = self._inputs_bidirectional_attention
+      decodes, scores, stats = decode_decoder_only(
+          t5x_decoder.T5XDecoder(self._target_config, target_params,
+                                 bidirectional_prefix=bidirectional),
+          t5x_decoder.T5XDecoder(self._draft_config, draft_params,
+                                 bidirectional_prefix=bidirectional),
+          batch['decoder_input_tokens'] * batch['decoder_causal_attention'], rng,
+          num_decodes=num_decodes, eos_id=eos_id, gamma=self.gamma,
+          sampling=self.sampling)
+      return _best_or_all(decodes, {'scores': scores, **stats}, return_all_decodes)
+
+  for cls in (SpeculativeEncoderDecoderModel, SpeculativeDecoderOnlyModel):
+    cls.__module__ = __name__
+  return {'SpeculativeEncoderDecoderModel': SpeculativeEncoderDecoderModel,
+          'SpeculativeDecoderOnlyModel': SpeculativeDecoderOnlyModel}
+
+
+def _target_only(params: Mapping[str, Any]) -> Mapping[str, Any]:
+  if DRAFT_KEY not in params:
+    return params
+  return {k: v for k, v in params.items() if k != DRAFT_KEY}
+
+
+def _with_draft_variables(target: Mapping[str, Any], draft: Mapping[str, Any]) -> Any:
+  import flax.core  # pylint: disable=g-import-not-at-top
+  return flax.core.freeze({
+      'params': {**target['params'], DRAFT_KEY: draft['params']},
+      'params_axes': {**target['params_axes'], DRAFT_KEY: draft['params_axes']},
+  })
+
+
+def _decoder_params(decoder_params: Optional[Mapping[str, Any]], rng: Optional[Array],
+                    default_eos_id: int) -> tuple[Optional[Array], int]:
+  """(rng, eos_id) from `predict_batch_with_aux`'s `rng` and `decoder_params`."""
+  decoder_params = dict(decoder_params or {})
+  unknown = sorted(set(decoder_params) - set(_DECODER_PARAMS))
+  if unknown:
+    raise ValueError(f'decoder_params: unsupported keys {unknown}; supported: '
+                     f'{list(_DECODER_PARAMS)}')
+  if rng is not None and decoder_params.get('decode_rng') is not None:
+    raise ValueError('rng and decoder_params["decode_rng"] are both set; give one')
+  rng = rng if rng is not None else decoder_params.get('decode_rng')
+  return rng, decoder_params.get('eos_id', default_eos_id)
+
+
+def _best_or_all(decodes: Array, aux: Mapping[str, Array], return_all_decodes: bool
+                 ) -> tuple[Array, dict[str, Array]]:
+  if return_all_decodes:
+    return decodes, dict(aux)
+  return decodes[:, -1], {k: v[:, -1] for k, v in aux.items()}
 
 
 def __getattr__(name: str) -> Any:
-  # PEP 562: t5x is imported when the model class is first asked for.
-  if name == 'SpeculativeEncoderDecoderModel':
-    cls = _model_class()
-    globals()[name] = cls
-    return cls
+  # PEP 562: t5x is imported when a model class is first asked for.
+  if name in _MODEL_CLASSES:
+    try:
+      classes = _model_classes()
+    except ImportError as e:
+      raise ImportError(_T5X_MISSING.format(name=name)) from e
+    globals().update(classes)
+    return classes[name]
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

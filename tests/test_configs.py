@@ -16,6 +16,7 @@ from gin import config_parser  # pylint: disable=g-import-not-at-top
 from specdec import data
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
+from specdec.models import t5x_decoder
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS = REPO / 'configs'
@@ -28,6 +29,9 @@ DRAFTS = ('small', 'base', 'large')
 TABLE2_GAMMA = {('wmt_ende', 0): (7, 7, 7), ('wmt_ende', 1): (7, 5, 3),
                 ('cnndm', 0): (5, 5, 3), ('cnndm', 1): (5, 3, 3)}
 TASK_NAMES = {'wmt_ende': data.WMT_TASK, 'cnndm': data.CNNDM_TASK}
+DECODER_ONLY_SIZES = ('base', 'large', 'xl', 'xxl')
+# The run file each T5X file is built with (their models take different networks).
+T5X_RUN_FILE = {'infer_decoder_only.gin': 'decoder_only_wmt_ende_t0.gin'}
 
 
 def _name(path: pathlib.Path) -> str:
@@ -65,6 +69,10 @@ def test_the_expected_files_exist():
   assert {f'configs/runs/{task}_t{t}_{d}.gin' for (task, t) in TABLE2_GAMMA
           for d in DRAFTS} <= names
   assert {'configs/runs/infer.gin', 'configs/runs/infer_decode_fn.gin'} <= names
+  assert {f'configs/models/decoder_only_{s}.gin' for s in DECODER_ONLY_SIZES} <= names
+  assert {'configs/pairs/decoder_only_xxl_base.gin',
+          'configs/runs/decoder_only_wmt_ende_t0.gin',
+          'configs/runs/infer_decoder_only.gin'} <= names
 
 
 @pytest.mark.parametrize('path', ALL_FILES, ids=_name)
@@ -81,6 +89,26 @@ def test_model_files_build_the_t5_1_1_presets(size):
   module = _macro(f'T5_1_1_{size.upper()}')
   assert isinstance(module, t5.Transformer)
   assert _same_config(module.config, t5.CONFIGS[f't5_1_1_{size}'])
+
+
+@pytest.mark.parametrize('size', DECODER_ONLY_SIZES)
+def test_decoder_only_model_files_build_the_t5x_decoder_only_presets(size):
+  gin.parse_config_file(str(CONFIGS / 'models' / f'decoder_only_{size}.gin'))
+  module = _macro(f'DECODER_ONLY_{size.upper()}')
+  assert isinstance(module, t5x_decoder.Transformer)
+  assert _same_config(module.config, t5x_decoder.CONFIGS[size])
+
+
+def test_decoder_only_run_file_binds_the_pair_and_a_prefix_lm():
+  gin.parse_config_file(str(CONFIGS / 'runs' / 'decoder_only_wmt_ende_t0.gin'))
+  assert _same_config(_macro('TARGET_MODULE').config, t5x_decoder.CONFIGS['xxl'])
+  assert _same_config(_macro('DRAFT_MODULE').config, t5x_decoder.CONFIGS['base'])
+  # T5X publishes no decoder-only checkpoints: the user must name them.
+  assert _macro('TARGET_CHECKPOINT_PATH') is gin.REQUIRED
+  assert _macro('DRAFT_CHECKPOINT_PATH') is gin.REQUIRED
+  assert _macro('TASK') == data.WMT_TASK
+  assert (_macro('GAMMA'), _macro('TEMPERATURE')) == (7, 0.0)
+  assert _macro('INPUTS_BIDIRECTIONAL_ATTENTION') is True
 
 
 @pytest.mark.parametrize('draft', DRAFTS)
@@ -126,12 +154,18 @@ def test_t5x_files_build_their_model(path, monkeypatch):
   # T5X's runs/infer.gin binds `__main__.infer`, which `python -m t5x.infer` provides.
   monkeypatch.setattr(sys.modules['__main__'], 'infer', t5x_infer.infer, raising=False)
   gin.add_config_file_search_path(str(pathlib.Path(t5x.__file__).parent.parent))
+  run_file = T5X_RUN_FILE.get(path.name, 'wmt_ende_t0_small.gin')
   gin.parse_config_files_and_bindings(
-      [str(path), str(CONFIGS / 'runs' / 'wmt_ende_t0_small.gin')],
-      ["OUTPUT_DIR = '/tmp/unused'"])
+      [str(path), str(CONFIGS / 'runs' / run_file)],
+      ["OUTPUT_DIR = '/tmp/unused'", "TARGET_CHECKPOINT_PATH = '/tmp/unused'",
+       "DRAFT_CHECKPOINT_PATH = '/tmp/unused'"])
   model = _macro('MODEL')
   assert _macro('MIXTURE_OR_TASK_NAME') == data.WMT_TASK
   assert model.output_vocabulary.vocab_size == 32100
+  if path.name == 'infer_decoder_only.gin':
+    assert type(model).__name__ == 'SpeculativeDecoderOnlyModel'
+    assert model.gamma == 7 and model.sampling == SamplingConfig(temperature=0.0)
+    assert model._inputs_bidirectional_attention  # pylint: disable=protected-access
   if path.name == 'infer.gin':
     assert type(model).__name__ == 'SpeculativeEncoderDecoderModel'
     assert model.gamma == 7 and model.sampling == SamplingConfig(temperature=0.0)

@@ -129,7 +129,9 @@ def test_speculative_decode_has_t5x_decode_fn_convention(pair, draft_checkpoint)
 
   kwargs = dict(inputs=jnp.zeros((BATCH, DECODE_LENGTH), jnp.int32), cache={},
                 tokens_to_logits=callback, eos_id=1)
-  with pytest.raises(ValueError, match=r"unsupported decoder params \['initial_index'\]"):
+  with pytest.raises(ValueError, match=r"unsupported decoder params \['max_decode_steps'\]"):
+    decode_fn(**kwargs, max_decode_steps=4)
+  with pytest.raises(ValueError, match='initial_index: an encoder-decoder decode'):
     decode_fn(**kwargs, initial_index=jnp.zeros((BATCH,), jnp.int32))
   with pytest.raises(ValueError, match='draft_checkpoint_path is unset'):
     decode_fn(**kwargs, draft_checkpoint_path=None)
@@ -420,3 +422,226 @@ def test_t5x_infer_runs_a_run_config(t5x_lib, tmp_path, infer_file):
   assert all('prediction' in line for line in lines)
   if infer_file == 'infer.gin':
     assert {'scores', 'iterations', 'accepted', 'alpha_hat'} <= set(lines[0]['aux'])
+
+
+# ------------------------------------------------------------------ decoder-only, with t5x
+# Prompt lengths of the decoder-only batch (T5X's initial_index), one empty; L tokens.
+DO_PREFIXES, DO_LENGTH = (3, 0, 5), 10
+
+
+@pytest.fixture(scope='module')
+def decoder_pair():
+  """(target, draft): tiny T5X decoder-only networks, vocabulary 64; the draft is the
+  target with noise added, so that it is accepted often but not always."""
+  from test_t5x_decoder import tiny_model  # pylint: disable=g-import-not-at-top
+  target = tiny_model(seed=2)
+  noise = tiny_model(seed=3).params
+  draft = target.replace(
+      params=jax.tree.map(lambda p, n: p + 0.3 * n, target.params, noise))
+  return target, draft
+
+
+def _decoder_batch():
+  """T5X's decoder-only features (seqio.DecoderFeatureConverter) of 3 prompts with
+  random targets: row b's prompt is its first DO_PREFIXES[b] tokens."""
+  rng = np.random.default_rng(11)
+  targets = rng.integers(2, 64, (len(DO_PREFIXES), DO_LENGTH)).astype(np.int32)
+  inputs = np.pad(targets[:, :-1], ((0, 0), (1, 0)))
+  prompt = np.arange(DO_LENGTH)[None] <= np.asarray(DO_PREFIXES)[:, None]
+  weights = (~prompt).astype(np.int32)
+  return {'decoder_input_tokens': jnp.asarray(inputs),
+          'decoder_target_tokens': jnp.asarray(targets),
+          'decoder_causal_attention': jnp.asarray(prompt.astype(np.int32)),
+          'decoder_loss_weights': jnp.asarray(weights)}
+
+
+def _t5x_decoder_network(lib, cfg):
+  from test_t5x_decoder import t5x_module  # pylint: disable=g-import-not-at-top
+  return t5x_module(lib['decoder_only_network'], cfg)
+
+
+@pytest.fixture(scope='module')
+def t5x_decoder_lib(t5x_lib):
+  from t5x.examples.decoder_only import network  # pylint: disable=g-import-not-at-top
+  return {**t5x_lib, 'decoder_only_network': network}
+
+
+def _t5x_decoder_greedy(lib, params, module, bidirectional):
+  """T5X's own greedy decode: DecoderOnlyModel + decoding.temperature_sample."""
+  vocab = lib['seqio'].PassThroughVocabulary(size=64, eos_id=1)
+  stock = lib['models'].DecoderOnlyModel(
+      module=module, vocabulary=vocab, optimizer_def=None,
+      inputs_bidirectional_attention=bidirectional,
+      decode_fn=functools.partial(lib['decoding'].temperature_sample, temperature=0.0))
+  return np.asarray(jax.jit(stock.predict_batch)(params, _decoder_batch()))
+
+
+@pytest.mark.t5x
+@pytest.mark.parametrize('network,bidirectional', [('specdec', False), ('t5x', False),
+                                                   ('t5x', True)])
+def test_decoder_only_model_greedy_is_t5x_temperature_sample(
+    t5x_decoder_lib, decoder_pair, tmp_path, network, bidirectional):
+  """Under T5X's PjitPartitioner, restored from T5X checkpoints: the greedy decodes
+  equal T5X's DecoderOnlyModel + temperature_sample on T5X's own network."""
+  lib = t5x_decoder_lib
+  target, draft = decoder_pair
+  target_dir, draft_dir = str(tmp_path / 'target'), str(tmp_path / 'draft')
+  write_t5x_legacy(target_dir, target.params)
+  write_t5x_legacy(draft_dir, draft.params)
+  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  module = (t5x_decoder.Transformer(target.config) if network == 'specdec'
+            else _t5x_decoder_network(lib, target.config))
+  vocab = lib['seqio'].PassThroughVocabulary(size=64, eos_id=1)
+  model = specdec_t5x.SpeculativeDecoderOnlyModel(
+      module=module, draft_module=t5x_decoder.Transformer(draft.config),
+      vocabulary=vocab, optimizer_def=None, gamma=GAMMA, sampling=GREEDY,
+      inputs_bidirectional_attention=bidirectional)
+  batch = _decoder_batch()
+  partitioner = lib['partitioning'].PjitPartitioner(num_partitions=1)
+  initializer = lib['utils'].TrainStateInitializer(
+      optimizer_def=None, init_fn=model.get_initial_variables,
+      input_shapes={k: v.shape for k, v in batch.items()}, partitioner=partitioner)
+  state = initializer.from_checkpoint([lib['utils'].RestoreCheckpointConfig(
+      path=target_dir, mode='specific', dtype='float32', strict=False,
+      state_transformation_fns=[functools.partial(
+          specdec_t5x.insert_draft_checkpoint, path=draft_dir)])])
+  restored = jax.tree.map(np.asarray, dict(state.params))
+  assert_trees_equal(restored[specdec_t5x.DRAFT_KEY], draft.params)
+
+  def predict(num_decodes, return_all_decodes):
+    fn = functools.partial(model.predict_batch_with_aux, num_decodes=num_decodes,
+                           return_all_decodes=return_all_decodes)
+    return partitioner.partition(
+        fn, in_axis_resources=(initializer.train_state_axes.params,
+                               partitioner.data_partition_spec, None),
+        out_axis_resources=None)(state.params, batch, jax.random.PRNGKey(0))
+
+  expected = _t5x_decoder_greedy(lib, target.params,
+                                 _t5x_decoder_network(lib, target.config), bidirectional)
+  budget = DO_LENGTH - np.asarray(DO_PREFIXES)
+  # Not vacuous: every row decodes different tokens, up to T5X's limit.
+  assert all(len(set(row[:n])) >= 2 for row, n in zip(expected.tolist(), budget))
+  assert all(np.count_nonzero(row) == n for row, n in zip(expected, budget))
+  best, aux = predict(1, False)
+  np.testing.assert_array_equal(best, expected)
+  np.testing.assert_array_equal(aux['scores'], 0.0)
+  assert np.all(aux['length'] <= budget)
+  every, aux = predict(2, True)
+  assert every.shape == (3, 2, DO_LENGTH) and aux['accepted'].shape == (3, 2)
+  for j in range(2):
+    np.testing.assert_array_equal(every[:, j], expected)
+  assert np.sum(aux['accepted']) > 0
+
+
+@pytest.mark.t5x
+@pytest.mark.parametrize('temperature,topk,topp', [(1.0, 0, 0.0), (0.7, 5, 0.0),
+                                                   (1.3, 0, 0.8)])
+def test_decoder_only_scores_are_t5x_rescaled_log_probs(t5x_decoder_lib, decoder_pair,
+                                                        temperature, topk, topp):
+  """The sampler's scores are T5X's temperature_sample scores (rescale_log_probs=True)
+  of the same decodes: log_softmax of T5X's temperature-scaled, top-k / top-p masked
+  (binary_search) logits of T5X's teacher-forced pass, summed over the kept tokens;
+  at temperature 1 without masks, T5X's score_batch."""
+  lib = t5x_decoder_lib
+  from t5x import binary_search  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  target, draft = decoder_pair
+  vocab = lib['seqio'].PassThroughVocabulary(size=64, eos_id=1)
+  model = specdec_t5x.SpeculativeDecoderOnlyModel(
+      module=_t5x_decoder_network(lib, target.config),
+      draft_module=t5x_decoder.Transformer(draft.config), vocabulary=vocab,
+      optimizer_def=None, gamma=GAMMA,
+      sampling=specdec_t5x.sampling_from_t5x(temperature, topk, topp))
+  params = specdec_t5x.with_draft(target.params, draft.params)
+  batch = _decoder_batch()
+  decodes, aux = jax.jit(functools.partial(
+      model.predict_batch_with_aux, num_decodes=3, return_all_decodes=True))(
+          params, batch, jax.random.PRNGKey(7))
+  assert np.all(np.diff(np.asarray(aux['scores']), axis=1) >= 0)
+  # Teacher-force every decode after its prompt: T5X's layout, shifted right by one.
+  flat = np.asarray(specdec_t5x.with_prefix(
+      batch['decoder_input_tokens'] * batch['decoder_causal_attention'], decodes))
+  flat = flat.reshape(-1, DO_LENGTH)
+  lengths = np.asarray(aux['length']).reshape(-1)
+  prefixes = np.repeat(DO_PREFIXES, 3)
+  weights = ((np.arange(DO_LENGTH)[None] >= prefixes[:, None])
+             & (np.arange(DO_LENGTH)[None] < (prefixes + lengths)[:, None]))
+  # Targets only set the padding mask (ids 0): every position is real here, even a
+  # 0 the model generated.
+  forced = {'decoder_input_tokens': jnp.asarray(np.pad(flat[:, :-1], ((0, 0), (1, 0)))),
+            'decoder_target_tokens': jnp.ones(flat.shape, jnp.int32),
+            'decoder_loss_weights': jnp.asarray(weights.astype(np.int32))}
+  logits = model._compute_logits(params, forced)  # pylint: disable=protected-access
+  scaled = logits / temperature
+  if topk:
+    scaled = binary_search.topk_mask(scaled, topk, -1e10)
+  if topp:
+    scaled = binary_search.topp_mask(scaled, topp, -1e10)
+  log_probs = np.take_along_axis(np.asarray(jax.nn.log_softmax(scaled)),
+                                 flat[..., None], axis=-1)[..., 0]
+  expected = np.sum(np.where(weights, log_probs, 0.0), axis=1)
+  np.testing.assert_allclose(np.asarray(aux['scores']).reshape(-1), expected,
+                             rtol=1e-4, atol=1e-4)
+  if (temperature, topk, topp) == (1.0, 0, 0.0):
+    # score_batch reads its targets from decoder_target_tokens, whose 0s it also
+    # masks as padding: compare the decodes without a generated 0.
+    scored = model.score_batch(params, {**forced, 'decoder_target_tokens': flat})
+    keep = ~np.any((flat == 0) & weights, axis=1)
+    assert np.sum(keep) >= 6
+    np.testing.assert_allclose(np.asarray(aux['scores']).reshape(-1)[keep],
+                               np.asarray(scored)[keep], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.t5x
+def test_decode_fn_in_a_stock_t5x_decoder_only_model(t5x_decoder_lib, decoder_pair,
+                                                     tmp_path):
+  lib = t5x_decoder_lib
+  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  target, draft = decoder_pair
+  write_t5x_legacy(str(tmp_path), draft.params)
+  module = _t5x_decoder_network(lib, target.config)
+  vocab = lib['seqio'].PassThroughVocabulary(size=64, eos_id=1)
+  stock = lib['models'].DecoderOnlyModel(
+      module=module, vocabulary=vocab, optimizer_def=None,
+      decode_fn=functools.partial(
+          specdec_t5x.speculative_decode,
+          draft_module=t5x_decoder.Transformer(draft.config),
+          draft_checkpoint_path=str(tmp_path), gamma=GAMMA, temperature=0.0))
+  decodes, aux = jax.jit(functools.partial(
+      stock.predict_batch_with_aux, num_decodes=2, return_all_decodes=True))(
+          target.params, _decoder_batch(), jax.random.PRNGKey(0))
+  assert decodes.shape == (3, 2, DO_LENGTH) and aux['scores'].shape == (3, 2)
+  expected = _t5x_decoder_greedy(lib, target.params, module, False)
+  np.testing.assert_array_equal(decodes[:, 0], expected)
+  np.testing.assert_array_equal(decodes[:, 1], expected)
+
+
+@pytest.mark.t5x
+def test_decoder_only_model_rejects_bad_arguments(t5x_decoder_lib, decoder_pair):
+  lib = t5x_decoder_lib
+  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  target, draft = decoder_pair
+  vocab = lib['seqio'].PassThroughVocabulary(size=64, eos_id=1)
+  kwargs = dict(module=t5x_decoder.Transformer(target.config),
+                draft_module=t5x_decoder.Transformer(draft.config), vocabulary=vocab,
+                gamma=GAMMA)
+  cls = specdec_t5x.SpeculativeDecoderOnlyModel
+  with pytest.raises(ValueError, match='gamma must be >= 1'):
+    cls(**{**kwargs, 'gamma': 0})
+  with pytest.raises(ValueError, match='decode_fn'):
+    cls(**kwargs, decode_fn=lib['decoding'].temperature_sample)
+  with pytest.raises(TypeError, match='draft_module must be specdec.models.t5x_decoder'):
+    cls(**{**kwargs, 'draft_module': t5.Transformer(t5.tiny_config())})
+  other = t5x_decoder.Transformer(draft.config.replace(vocab_size=128))
+  with pytest.raises(ValueError, match='draft_module: vocab_size 128'):
+    cls(**{**kwargs, 'draft_module': other})
+  model = cls(**kwargs)
+  params = specdec_t5x.with_draft(target.params, draft.params)
+  batch = _decoder_batch()
+  with pytest.raises(ValueError, match='no decoder_causal_attention'):
+    model.predict_batch_with_aux(params, {k: v for k, v in batch.items()
+                                          if k != 'decoder_causal_attention'})
+  with pytest.raises(ValueError, match=r"unsupported keys \['topk'\]"):
+    model.predict_batch_with_aux(params, batch, decoder_params={'topk': 3})
+  with pytest.raises(ValueError, match='has no .specdec_draft. subtree'):
+    model.predict_batch_with_aux(target.params, batch)
