@@ -645,3 +645,57 @@ def test_decoder_only_model_rejects_bad_arguments(t5x_decoder_lib, decoder_pair)
     model.predict_batch_with_aux(params, batch, decoder_params={'topk': 3})
   with pytest.raises(ValueError, match='has no .specdec_draft. subtree'):
     model.predict_batch_with_aux(target.params, batch)
+
+
+def _tiny_decoder_only_gin(directory: pathlib.Path) -> str:
+  """A gin file that takes configs/runs/decoder_only_wmt_ende_t0.gin with a tiny
+  random decoder-only pair (T5's full vocabulary, which the shipped SentencePiece
+  model needs) in place of XXL and Base, and short sequences."""
+  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  lines = ['from __gin__ import dynamic_registration',
+           'from specdec.models import t5x_decoder',
+           "include 'configs/runs/decoder_only_wmt_ende_t0.gin'"]
+  for seed, role in enumerate(('target', 'draft')):
+    cfg = t5x_decoder.tiny_config(vocab_size=t5.T5_VOCAB_SIZE, num_layers=1)
+    step_dir = directory / role / 'checkpoint_1000'
+    write_t5x_legacy(str(step_dir), t5x_decoder.random_params(cfg, seed=seed + 1))
+    scope = f'tiny_{role}/t5x_decoder'
+    lines += [f'{role.upper()}_MODULE = @{scope}.Transformer()',
+              f'{scope}.Transformer.config = @{scope}.DecoderOnlyConfig()',
+              f"{role.upper()}_CHECKPOINT_PATH = '{step_dir}'"]
+    lines += [f'{scope}.DecoderOnlyConfig.{field} = {getattr(cfg, field)!r}'
+              for field in ('vocab_size', 'emb_dim', 'num_heads', 'num_layers',
+                            'head_dim', 'mlp_dim', 'mlp_activations', 'dropout_rate',
+                            'logits_via_embedding')]
+    lines.append(f"{scope}.DecoderOnlyConfig.dtype = 'float32'")
+  lines += ["TASK_FEATURE_LENGTHS = {'inputs': 24, 'targets': 8}", 'GAMMA = 3']
+  path = directory / 'tiny_decoder_only.gin'
+  path.write_text('\n'.join(lines) + '\n')
+  return str(path)
+
+
+@pytest.mark.t5x
+def test_t5x_infer_runs_the_decoder_only_config(t5x_lib, tmp_path):
+  """`python -m t5x.infer` on configs/runs/infer_decoder_only.gin with a tiny pair."""
+  del t5x_lib
+  examples = 3
+  tiny = _tiny_decoder_only_gin(tmp_path)
+  (tmp_path / 'tiny_task.py').write_text(TINY_TASK_MODULE.format(n=examples))
+  (tmp_path / 'overrides.gin').write_text(INFER_OVERRIDES)
+  out = tmp_path / 'out'
+  proc = subprocess.run(
+      [sys.executable, '-m', 't5x.infer', f'--gin_search_paths={REPO}',
+       '--gin_file=configs/runs/infer_decoder_only.gin', f'--gin_file={tiny}',
+       f'--gin_file={tmp_path / "overrides.gin"}', f"--gin.OUTPUT_DIR='{out}'"],
+      cwd=tmp_path, capture_output=True, text=True, timeout=600,
+      env={**os.environ, 'PYTHONPATH': f'{tmp_path}:{REPO / "tests"}',
+           'JAX_PLATFORMS': 'cpu'})
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  written = [p for p in sorted(out.glob('specdec_tiny_wmt-*.jsonl*'))
+             if not p.name.endswith('.COMPLETED')]
+  assert written, sorted(p.name for p in out.iterdir())
+  import json  # pylint: disable=g-import-not-at-top
+  lines = [json.loads(line) for line in written[0].read_text().splitlines()]
+  assert len(lines) == examples
+  assert all('prediction' in line for line in lines)
+  assert {'scores', 'iterations', 'accepted', 'alpha_hat'} <= set(lines[0]['aux'])
