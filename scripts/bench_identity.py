@@ -4,9 +4,9 @@ At temperature 0, speculative decoding (Leviathan et al. 2023, Section 2.3) outp
 target's greedy decode *if* a (gamma + 1)-token verification chunk gives the same
 argmax as single steps. Its logits equal single steps' only up to float rounding
 (`specdec.models.t5.T5.extend`), so a near-tie of the top two logits can flip (issue
-11, section 4). This decodes Multi30k test_2016 sentences with the shipped pair
-(`pretrained.load_pair`, float32 and the same weights in bfloat16), greedily with the
-baseline and with speculative decoding at each gamma, and reports
+11, section 4). This decodes prompts with a shipped target in float32 and in bfloat16,
+greedily with the baseline and with speculative decoding for each draft and gamma, and
+reports
 
 * the identity rate: rows identical token for token (and in length);
 * at each mismatch, the first differing position j and, from a teacher-forced
@@ -21,22 +21,44 @@ baseline and with speculative decoding at each gamma, and reports
   difference (chunks of gamma + 1 from position 0) and how many positions have a top-2
   gap below it (the positions where a flip is possible).
 
-It prints a table and writes JSON. Check run (2 sentences):
+Two model families, one measurement (`measure` sees only `DecodeModel`s, whose
+`start_tokens` say what the teacher-forced passes feed first):
+
+* `--pair=multi30k_ende` (default): the shipped T5 pair (`pretrained.load_pair`) on
+  Multi30k test_2016 sentences, with the shipped draft `--draft`.
+* `--pair=smollm2_135m_instruct`: the decoder-only SmolLM2-135M-Instruct
+  (`pretrained.load_lm`, a `llama.Llama` reading right-padded prompts) on chat prompts
+  "Summarize: <the first sentences of a CNN/DM article>" and "Translate to German:
+  <a newstest2014 source>" (alternating, at most `--max_prompt_tokens` tokens with the
+  chat template), with same-vocabulary drafts (`--lm_drafts`): 'bigram'
+  (`ngram.Bigram`, estimated from the tokenized text of the shipped articles and
+  German newstest2014 references that are not prompts) and 'tiny_llama' (a random
+  `llama.tiny_config` Llama over the target's vocabulary: nearly every draft is
+  rejected, so verification chunks start at every position).
+
+It prints a table and writes JSON. Check runs:
 
   python scripts/bench_identity.py --num_sentences=2 --output=/tmp/identity.json
+  python scripts/bench_identity.py --pair=smollm2_135m_instruct --num_sentences=2 \
+      --max_new_tokens=8 --dtypes=float32 --output=/tmp/identity_lm.json
 
-Full run (all 1000 sentences; bfloat16 is emulated on a CPU, so slow there):
+Full runs (bfloat16 is emulated on a CPU, ~6x slower than float32 there):
 
   python scripts/bench_identity.py --num_sentences=1000 --output=out/bench_identity.json
+  python scripts/bench_identity.py --pair=smollm2_135m_instruct \
+      --dtypes=float32,bfloat16 --num_sentences=8 --max_new_tokens=32 --gammas=4 \
+      --output=out/bench_identity_smollm2.json
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
+import re
 import time
-from typing import Any
+from typing import Any, Callable, Mapping, Sequence
 
 from absl import app
 from absl import flags
@@ -46,31 +68,237 @@ import numpy as np
 
 import specdec
 from specdec import data, pretrained
-from specdec.data import EOS_ID, TRANSLATE_PREFIX
-from specdec.models import t5
+from specdec.models import llama, ngram
+from specdec.models.base import DecodeModel
 
-_PAIR = flags.DEFINE_string('pair', 'multi30k_ende', 'A shipped pair.')
-_DRAFT = flags.DEFINE_string('draft', 'draft_distilled', 'Which shipped draft.')
-_NUM = flags.DEFINE_integer('num_sentences', 1000, 'Test sentences (from the first).')
-_GAMMAS = flags.DEFINE_list('gammas', ['4', '7'], 'Draft tokens per iteration.')
+T5_PAIR, LM_PAIR = 'multi30k_ende', 'smollm2_135m_instruct'
+# Per family: (prompts, max_new_tokens, gammas) when the flags leave them unset. The
+# LM's are small because a 135M model decodes at ~40-80 ms/token in float32 on a CPU.
+DEFAULTS = {T5_PAIR: (1000, 40, ['4', '7']), LM_PAIR: (8, 32, ['4'])}
+LM_DRAFTS = ('bigram', 'tiny_llama')
+LM_TASKS = ('cnndm', 'wmt_ende')
+# The chat prompts' instructions, before the shipped text.
+LM_INSTRUCTIONS = {'cnndm': 'Summarize: ', 'wmt_ende': 'Translate to German: '}
+
+_PAIR = flags.DEFINE_enum('pair', T5_PAIR, list(DEFAULTS), 'A shipped target.')
+_DRAFT = flags.DEFINE_string('draft', 'draft_distilled',
+                             'T5 pair: which shipped draft.')
+_LM_DRAFTS = flags.DEFINE_list('lm_drafts', list(LM_DRAFTS),
+                               f'LM target: drafts, of {list(LM_DRAFTS)}.')
+_LM_TASKS = flags.DEFINE_list('lm_tasks', list(LM_TASKS),
+                              f'LM target: prompt kinds, alternating, of {list(LM_TASKS)}.')
+_MAX_PROMPT = flags.DEFINE_integer('max_prompt_tokens', 96,
+                                   'LM target: prompt tokens at most (chat template '
+                                   'included).')
+_NUM = flags.DEFINE_integer('num_sentences', None,
+                            'Prompts (from the first); default 1000 (T5) or 8 (LM).')
+_GAMMAS = flags.DEFINE_list('gammas', None,
+                            'Draft tokens per iteration; default 4,7 (T5) or 4 (LM).')
 _DTYPES = flags.DEFINE_list('dtypes', ['float32', 'bfloat16'],
-                            'Parameter and activation dtypes of both models.')
-_BATCH = flags.DEFINE_integer('batch', 32, 'Sentences per decode call.')
-_MAX_NEW = flags.DEFINE_integer('max_new_tokens', 40, 'Tokens generated at most.')
-_INPUT_LEN = flags.DEFINE_integer('input_length', 48, 'Encoder length (padded).')
+                            'Parameter and activation dtypes of the models.')
+_BATCH = flags.DEFINE_integer('batch', 32, 'Prompts per decode call.')
+_MAX_NEW = flags.DEFINE_integer('max_new_tokens', None,
+                                'Tokens generated at most; default 40 (T5), 32 (LM).')
+_INPUT_LEN = flags.DEFINE_integer('input_length', 48, 'T5: encoder length (padded).')
 _PER_POSITION = flags.DEFINE_integer(
-    'per_position_logits', None, "The target's `T5.per_position_logits`; default: "
+    'per_position_logits', None, "T5: the target's `T5.per_position_logits`; default: "
     "`pretrained.load_model`'s (6 on a CPU, 0 elsewhere).")
+_SEED = flags.DEFINE_integer('seed', 0, "LM target: the 'tiny_llama' draft's seed.")
 _OUTPUT = flags.DEFINE_string('output', 'out/bench_identity.json', 'JSON output.')
 
 GREEDY = specdec.SamplingConfig(temperature=0.0)
 
 
+# ------------------------------------------------------------------------------
+# What a model family supplies: prompts, EOS, and its models in a dtype.
+# ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Workload:
+  """A target's prompts and models: all `measure` needs, whatever the family.
+
+  Attributes:
+    pair: the target's (pair's) name.
+    prompts: the prompts in words, for the table's title.
+    inputs: int32[N, S], the prompts as the target's `init` reads them (T5: encoder
+      tokens padded with 0; a `llama.Llama`: right-padded with its pad_id).
+    eos_id: the token that ends a row.
+    load: dtype -> (target, {draft name: draft}), `DecodeModel`s of one vocabulary.
+  """
+
+  pair: str
+  prompts: str
+  inputs: np.ndarray
+  eos_id: int
+  load: Callable[[Any], tuple[DecodeModel, dict[str, DecodeModel]]]
+
+
+def t5_workload(pair: str, draft: str, num: int, input_length: int,
+                per_position_logits: int | None) -> Workload:
+  """The shipped T5 pair on its first `num` Multi30k test_2016 sentences."""
+  sentences = pretrained.test_sentences(pair)[:num]
+  vocab = data.Vocabulary()
+  inputs = np.stack([vocab.encode_padded(data.TRANSLATE_PREFIX + en, input_length)
+                     for en, _ in sentences])
+
+  def load(dtype):
+    target, d, _ = pretrained.load_pair(pair, dtype=dtype,
+                                        per_position_logits=per_position_logits,
+                                        draft=draft)
+    return target, {draft: d}
+
+  return Workload(pair=pair, prompts=f'{len(inputs)} Multi30k test_2016 sentences',
+                  inputs=inputs, eos_id=data.EOS_ID, load=load)
+
+
+def fitting_prefix(text: str, fits: Callable[[str], bool]) -> str | None:
+  """The longest prefix of `text` in whole sentences that `fits`, else in whole words
+  of the first sentence; None when not even one word fits."""
+  sentences = re.split(r'(?<=[.!?])\s+', text.strip())
+  best = None
+  for n in range(1, len(sentences) + 1):
+    candidate = ' '.join(sentences[:n])
+    if not fits(candidate):
+      break
+    best = candidate
+  if best is None:
+    words = sentences[0].split()
+    for n in range(1, len(words) + 1):
+      if not fits(' '.join(words[:n])):
+        break
+      best = ' '.join(words[:n])
+  return best
+
+
+def lm_texts(task: str) -> list[tuple[str, str]]:
+  """(prompt source, draft corpus text) per shipped example of `task`: a CNN/DM
+  article and itself, or a newstest2014 English source and its German reference
+  (the language the target answers in)."""
+  examples = data.load_examples({'cnndm': data.CNNDM_TASK, 'wmt_ende': data.WMT_TASK}[task])
+  if task == 'cnndm':
+    return [(e['article'], e['article']) for e in examples]
+  return [(e['en'], e['de']) for e in examples]
+
+
+def lm_prompts(tok, tasks: Sequence[str], num: int, max_prompt_tokens: int
+               ) -> tuple[list[list[int]], list[str], list[str]]:
+  """`num` chat prompts of at most `max_prompt_tokens` ids, the tasks taken in turn,
+  each its next shipped example that fits; and the corpus of every other example.
+
+  Returns:
+    (prompts: token ids, one list per prompt; their user messages; corpus texts of
+    the examples not used as prompts).
+  """
+  def ids(content: str) -> list[int]:
+    return tok.apply_chat_template([{'role': 'user', 'content': content}])
+
+  sources = {task: lm_texts(task) for task in tasks}
+  used = {task: set() for task in tasks}
+  cursor = {task: 0 for task in tasks}
+  prompts, messages = [], []
+  while len(prompts) < num:
+    task = tasks[len(prompts) % len(tasks)]
+    instruction = LM_INSTRUCTIONS[task]
+    while True:
+      if cursor[task] >= len(sources[task]):
+        raise ValueError(f'num_sentences: only {len(prompts)} {task} prompts fit '
+                         f'max_prompt_tokens={max_prompt_tokens}, {num} asked')
+      index = cursor[task]
+      cursor[task] += 1
+      text = fitting_prefix(sources[task][index][0],
+                            lambda t: len(ids(instruction + t)) <= max_prompt_tokens)
+      if text is not None:
+        break
+    used[task].add(index)
+    messages.append(instruction + text)
+    prompts.append(ids(messages[-1]))
+  corpus = [target for task in tasks for i, (_, target) in enumerate(sources[task])
+            if i not in used[task]]
+  return prompts, messages, corpus
+
+
+def right_pad(prompts: Sequence[Sequence[int]], pad_id: int | None) -> np.ndarray:
+  """int32[N, S]: the prompts right-padded with pad_id to the longest (`llama.Llama`'s
+  convention; pad_id None requires equal lengths)."""
+  length = max(len(p) for p in prompts)
+  if pad_id is None and any(len(p) != length for p in prompts):
+    raise ValueError('prompts: of different lengths, but the target has no pad_id')
+  out = np.full((len(prompts), length), 0 if pad_id is None else pad_id, np.int32)
+  for i, p in enumerate(prompts):
+    if pad_id is not None and p[-1] == pad_id:
+      raise ValueError(f'prompts: prompt {i} ends with pad_id={pad_id}, which would '
+                       'be read as padding')
+    out[i, :len(p)] = p
+  return out
+
+
+def tiny_llama_draft(target: llama.Llama, dtype, seed: int) -> llama.Llama:
+  """A random `llama.tiny_config` Llama over the target's vocabulary and padding."""
+  cfg = llama.tiny_config(vocab_size=target.vocab_size, tie_word_embeddings=True,
+                          max_position_embeddings=target.config.max_position_embeddings,
+                          dtype=dtype)
+  return llama.Llama(cfg, jax.device_put(llama.random_params(cfg, seed)),
+                     pad_id=target.pad_id)
+
+
+def lm_workload(name: str, drafts: Sequence[str], tasks: Sequence[str], num: int,
+                max_prompt_tokens: int, seed: int = 0,
+                load_lm: Callable[..., tuple[llama.Llama, Any]] = pretrained.load_lm
+                ) -> Workload:
+  """A decoder-only target on chat prompts of shipped text (module doc).
+
+  Args:
+    name: passed to `load_lm`.
+    drafts: of `LM_DRAFTS`.
+    tasks: of `LM_TASKS`, taken in turn.
+    num: prompts.
+    max_prompt_tokens: ids per prompt at most, chat template included.
+    seed: the 'tiny_llama' draft's parameters.
+    load_lm: (name, dtype=...) -> (llama.Llama, tokenizer), `pretrained.load_lm`'s
+      signature; the tokenizer needs `apply_chat_template`, `encode(text,
+      add_special_tokens=False)` and `eos_id`.
+  """
+  for d in drafts:
+    if d not in LM_DRAFTS:
+      raise ValueError(f'lm_drafts: unknown draft {d!r}; have {list(LM_DRAFTS)}')
+  for t in tasks:
+    if t not in LM_TASKS:
+      raise ValueError(f'lm_tasks: unknown task {t!r}; have {list(LM_TASKS)}')
+  if not drafts or not tasks:
+    raise ValueError('lm_drafts and lm_tasks must each name at least one')
+  target, tok = load_lm(name, dtype=jnp.float32)
+  prompts, _, corpus = lm_prompts(tok, list(tasks), num, max_prompt_tokens)
+  inputs = right_pad(prompts, target.pad_id)
+  bigram = None
+  if 'bigram' in drafts:
+    # No start token: both models are fed the target's start token, the prompt's
+    # last; the draft's row for it is learnt from the corpus like any other.
+    bigram = ngram.Bigram.from_corpus(
+        [tok.encode(text, add_special_tokens=False) + [tok.eos_id] for text in corpus],
+        target.vocab_size, start_token=None)
+
+  def load(dtype):
+    model = target if jnp.dtype(dtype) == jnp.float32 else load_lm(name, dtype=dtype)[0]
+    out = {}
+    for d in drafts:
+      out[d] = bigram if d == 'bigram' else tiny_llama_draft(model, dtype, seed)
+    return model, out
+
+  counts = ', '.join(f'{sum(1 for i in range(num) if tasks[i % len(tasks)] == t)} '
+                     f'{t}' for t in tasks)
+  return Workload(pair=name, prompts=f'{num} chat prompts ({counts}, <= '
+                  f'{max_prompt_tokens} tokens)', inputs=inputs, eos_id=tok.eos_id,
+                  load=load)
+
+
+# ------------------------------------------------------------------------------
+# The measurement, for any DecodeModel.
+# ------------------------------------------------------------------------------
 @functools.partial(jax.jit, static_argnames=('chunk',))
-def teacher_forced(model: t5.T5, inputs: jax.Array, decoder_tokens: jax.Array, *,
+def teacher_forced(model: DecodeModel, inputs: jax.Array, decoder_tokens: jax.Array, *,
                    chunk: int) -> jax.Array:
-  """float32 logits [B, L, V] of `decoder_tokens` [B, L] fed in chunks of `chunk`
-  (the last one padded with token 0, whose logits are dropped)."""
+  """float32 logits [B, L, V] of `decoder_tokens` [B, L] (see `decoder_inputs`) fed
+  after `model.init(inputs)` in chunks of `chunk` (the last one padded with token 0,
+  whose logits are dropped)."""
   batch, length = decoder_tokens.shape
   num_chunks = -(-length // chunk)
   padded = jnp.pad(decoder_tokens, ((0, 0), (0, num_chunks * chunk - length)))
@@ -85,7 +313,7 @@ def teacher_forced(model: t5.T5, inputs: jax.Array, decoder_tokens: jax.Array, *
 
 
 @functools.partial(jax.jit, static_argnames=('chunk',))
-def chunk_logits_at(model: t5.T5, inputs: jax.Array, decoder_tokens: jax.Array,
+def chunk_logits_at(model: DecodeModel, inputs: jax.Array, decoder_tokens: jax.Array,
                     start: jax.Array, *, chunk: int) -> jax.Array:
   """float32 logits [chunk, V] of one row: `decoder_tokens` [1, L] up to `start` fed
   one at a time, then the chunk `decoder_tokens[0, start:start + chunk]` in one call
@@ -101,9 +329,12 @@ def chunk_logits_at(model: t5.T5, inputs: jax.Array, decoder_tokens: jax.Array,
   return model.extend(state, tokens)[0][0].astype(jnp.float32)
 
 
-def decoder_inputs(tokens: np.ndarray) -> np.ndarray:
-  """[B, L] output tokens -> the decoder inputs that predict them: [0, y_1..y_L-1]."""
-  return np.concatenate([np.zeros_like(tokens[:, :1]), tokens[:, :-1]], axis=1)
+def decoder_inputs(tokens: np.ndarray, start: np.ndarray) -> np.ndarray:
+  """[B, L] output tokens -> the tokens fed to predict them: [start_b, y_1..y_L-1],
+  start = the model's `start_tokens` [B] (T5: 0; a causal LM: the prompt's last)."""
+  start = np.asarray(start, tokens.dtype).reshape(-1, 1)
+  return np.concatenate([np.broadcast_to(start, (len(tokens), 1)), tokens[:, :-1]],
+                        axis=1)
 
 
 def top2_gap(logits: np.ndarray) -> np.ndarray:
@@ -119,29 +350,36 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> int | None:
   return int(diff[0]) if diff.size else None
 
 
-def decode_batch(target: t5.T5, draft: t5.T5, inputs: jax.Array, gammas: list[int],
-                 max_new_tokens: int) -> dict[str, np.ndarray]:
-  """Greedy output tokens [B, max_new_tokens] of the baseline ('baseline') and of
-  speculative decoding at each gamma (str(gamma))."""
+def decode_batch(target: DecodeModel, drafts: Mapping[str, DecodeModel],
+                 inputs: jax.Array, gammas: list[int], max_new_tokens: int, eos_id: int
+                 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, int]]]:
+  """Greedy decodes of `inputs` [B, S]: output tokens [B, max_new_tokens] of the
+  baseline ('baseline') and of speculative decoding with each draft at each gamma
+  ('draft/gamma'); and per speculative decode, (accepted, drafted) tokens in all."""
   key = jax.random.key(0)
-  outputs = {'baseline': specdec.autoregressive_sample(
+  outputs = {'baseline': np.asarray(specdec.autoregressive_sample(
       target, inputs, key, max_new_tokens=max_new_tokens, sampling=GREEDY,
-      eos_id=EOS_ID).tokens}
-  for g in gammas:
-    outputs[str(g)] = specdec.speculative_sample(
-        target, draft, inputs, key, gamma=g, max_new_tokens=max_new_tokens,
-        sampling=GREEDY, eos_id=EOS_ID).tokens
-  return {name: np.asarray(tokens) for name, tokens in outputs.items()}
+      eos_id=eos_id).tokens)}
+  acceptance = {}
+  for name, draft in drafts.items():
+    for g in gammas:
+      out = specdec.speculative_sample(target, draft, inputs, key, gamma=g,
+                                       max_new_tokens=max_new_tokens, sampling=GREEDY,
+                                       eos_id=eos_id)
+      outputs[f'{name}/{g}'] = np.asarray(out.tokens)
+      acceptance[f'{name}/{g}'] = (int(out.stats.accepted.sum()),
+                                   int(out.stats.drafted.sum()))
+  return outputs, acceptance
 
 
-def mismatch_report(target: t5.T5, inputs: np.ndarray, base: np.ndarray,
+def mismatch_report(target: DecodeModel, inputs: np.ndarray, base: np.ndarray,
                     spec: np.ndarray, logits: np.ndarray, j: int, gamma: int
                     ) -> dict[str, Any]:
   """One row's mismatch at its first differing position j (see the module doc).
 
   Args:
     target: the target model.
-    inputs: int32[1, S], the row's encoder input.
+    inputs: int32[1, S], the row's input (T5: encoder tokens; an LM: its prompt).
     base: int32[L], the baseline's tokens.
     spec: int32[L], the speculative tokens.
     logits: float32[V], the single-step logits at j.
@@ -151,7 +389,8 @@ def mismatch_report(target: t5.T5, inputs: np.ndarray, base: np.ndarray,
   base_token, spec_token = int(base[j]), int(spec[j])
   top = np.argsort(logits)[::-1][:2]
   tokens = np.zeros((1, len(base) + gamma + 1), np.int32)
-  tokens[0, :len(base)] = decoder_inputs(base[None])[0]
+  start = np.asarray(target.start_tokens(jnp.asarray(inputs)))
+  tokens[0, :len(base)] = decoder_inputs(base[None], start)[0]
   chunk_diffs, chunk_argmaxes = [], []
   for offset in range(min(gamma, j) + 1):
     chunked = np.asarray(chunk_logits_at(target, jnp.asarray(inputs),
@@ -169,30 +408,41 @@ def mismatch_report(target: t5.T5, inputs: np.ndarray, base: np.ndarray,
               chunk_argmaxes=chunk_argmaxes)
 
 
-def generated_mask(tokens: np.ndarray) -> np.ndarray:
+def generated_mask(tokens: np.ndarray, eos_id: int) -> np.ndarray:
   """bool[B, L]: the positions up to and including each row's EOS (all without)."""
-  after_eos = np.cumsum(tokens == EOS_ID, axis=1) - (tokens == EOS_ID)
+  after_eos = np.cumsum(tokens == eos_id, axis=1) - (tokens == eos_id)
   return after_eos == 0
 
 
-def measure(target: t5.T5, draft: t5.T5, inputs: np.ndarray, gammas: list[int],
-            batch: int, max_new_tokens: int) -> dict[str, Any]:
+def measure(target: DecodeModel, drafts: Mapping[str, DecodeModel], inputs: np.ndarray,
+            gammas: list[int], batch: int, max_new_tokens: int, eos_id: int
+            ) -> dict[str, Any]:
   """Decodes `inputs` [N, S] in batches of `batch` (the last padded with copies of
-  row 0, then dropped) and compares; see the module doc."""
+  row 0, then dropped) and compares; see the module doc.
+
+  Returns:
+    {'decode_seconds', 'positions' (generated positions compared), 'min_top2_gap',
+    'median_top2_gap', 'gammas': {gamma: chunk/single statistics, draft-independent},
+    'drafts': {draft name: {gamma: identity rate, acceptance and mismatches}}}.
+  """
   decode_s, gaps = 0.0, []
-  per_gamma = {str(g): dict(mismatches=[], diffs=[], below=0) for g in gammas}
+  per_gamma = {str(g): dict(diffs=[], below=0) for g in gammas}
+  per_run = {f'{d}/{g}': dict(mismatches=[], accepted=0, drafted=0)
+             for d in drafts for g in gammas}
   for lo in range(0, len(inputs), batch):
     rows = inputs[lo:lo + batch]
     x = jnp.asarray(np.concatenate([rows, np.repeat(rows[:1], batch - len(rows), 0)]))
     start = time.perf_counter()
-    outputs = decode_batch(target, draft, x, gammas, max_new_tokens)
+    outputs, acceptance = decode_batch(target, drafts, x, gammas, max_new_tokens,
+                                       eos_id)
     decode_s += time.perf_counter() - start
     base = outputs['baseline'][:len(rows)]
     # Teacher-forced over the baseline's tokens; positions past a row's EOS are
     # never compared.
-    d = jnp.asarray(decoder_inputs(outputs['baseline']))
+    d = jnp.asarray(decoder_inputs(outputs['baseline'],
+                                   np.asarray(target.start_tokens(x))))
     single = np.asarray(teacher_forced(target, x, d, chunk=1))[:len(rows)]
-    valid = generated_mask(base)
+    valid = generated_mask(base, eos_id)
     batch_gaps = top2_gap(single)[valid]
     gaps.append(batch_gaps)
     for g in gammas:
@@ -201,7 +451,12 @@ def measure(target: t5.T5, draft: t5.T5, inputs: np.ndarray, gammas: list[int],
       stats = per_gamma[str(g)]
       stats['diffs'].append(diff)
       stats['below'] += int((batch_gaps < diff.max()).sum())
-      spec = outputs[str(g)][:len(rows)]
+    # Acceptance counts the padded copies too: they decode like row 0.
+    for run, stats in per_run.items():
+      stats['accepted'] += acceptance[run][0]
+      stats['drafted'] += acceptance[run][1]
+      g = int(run.rsplit('/', 1)[1])
+      spec = outputs[run][:len(rows)]
       for i in range(len(rows)):
         j = first_difference(base[i], spec[i])
         if j is not None:
@@ -209,46 +464,54 @@ def measure(target: t5.T5, draft: t5.T5, inputs: np.ndarray, gammas: list[int],
               row=lo + i, **mismatch_report(target, rows[i:i + 1], base[i], spec[i],
                                             single[i, j], j, g)))
   gaps = np.concatenate(gaps)
-  result = {'target_per_position_logits': target.per_position_logits,
-            'decode_seconds': decode_s, 'positions': int(gaps.size),
+  result = {'decode_seconds': decode_s, 'positions': int(gaps.size),
             'min_top2_gap': float(gaps.min()),
-            'median_top2_gap': float(np.median(gaps)), 'gammas': {}}
+            'median_top2_gap': float(np.median(gaps)), 'gammas': {}, 'drafts': {}}
   for g, stats in per_gamma.items():
     diffs = np.concatenate(stats['diffs'])
     result['gammas'][g] = dict(
-        rows=len(inputs), identical=len(inputs) - len(stats['mismatches']),
-        identity_rate=1.0 - len(stats['mismatches']) / len(inputs),
         max_abs_chunk_minus_single=float(diffs.max()),
         median_abs_chunk_minus_single=float(np.median(diffs)),
         # Per batch, positions whose top-2 gap is below that batch's largest
         # difference: where rounding of that size could flip the argmax.
-        positions_with_gap_below_max_diff=stats['below'],
-        mismatches=stats['mismatches'])
+        positions_with_gap_below_max_diff=stats['below'])
+  for run, stats in per_run.items():
+    name, g = run.rsplit('/', 1)
+    mismatches = stats['mismatches']
+    result['drafts'].setdefault(name, {})[g] = dict(
+        rows=len(inputs), identical=len(inputs) - len(mismatches),
+        identity_rate=1.0 - len(mismatches) / len(inputs),
+        acceptance=stats['accepted'] / max(stats['drafted'], 1),
+        mismatches=mismatches)
   return result
 
 
 def format_table(results: dict[str, Any]) -> str:
-  lines = [f'{results["pair"]} target + {results["draft"]}, {results["num_sentences"]} '
-           f'Multi30k test_2016 sentences, greedy, batch {results["batch"]}, '
+  lines = [f'{results["pair"]} target, {results["prompts"]}, greedy, batch '
+           f'{results["batch"]}, {results["max_new_tokens"]} new tokens, '
            f'{results["backend"]}',
-           '| dtype | gamma | identical | rate | max abs(chunk - single) | '
-           'positions with top-2 gap below it | min top-2 gap |',
-           '|---|---|---|---|---|---|---|']
+           '| dtype | draft | gamma | identical | rate | acceptance | '
+           'max abs(chunk - single) | positions with top-2 gap below it | '
+           'min top-2 gap |',
+           '|---|---|---|---|---|---|---|---|---|']
+  details = []
   for dtype, r in results['dtypes'].items():
-    for g, m in r['gammas'].items():
-      lines.append(f'| {dtype} | {g} | {m["identical"]}/{m["rows"]} | '
-                   f'{m["identity_rate"]:.3f} | {m["max_abs_chunk_minus_single"]:.2e} | '
-                   f'{m["positions_with_gap_below_max_diff"]}/{r["positions"]} | '
-                   f'{r["min_top2_gap"]:.2e} |')
-  details = [(dtype, g, x) for dtype, r in results['dtypes'].items()
-             for g, m in r['gammas'].items() for x in m['mismatches']]
+    for name, runs in r['drafts'].items():
+      for g, m in runs.items():
+        c = r['gammas'][g]
+        lines.append(f'| {dtype} | {name} | {g} | {m["identical"]}/{m["rows"]} | '
+                     f'{m["identity_rate"]:.3f} | {m["acceptance"]:.2f} | '
+                     f'{c["max_abs_chunk_minus_single"]:.2e} | '
+                     f'{c["positions_with_gap_below_max_diff"]}/{r["positions"]} | '
+                     f'{r["min_top2_gap"]:.2e} |')
+        details += [(dtype, name, g, x) for x in m['mismatches']]
   if details:
     lines += ['', 'Mismatches (single-step logits at the first differing position j):',
-              '| dtype | gamma | row | j | base tok | spec tok | top-2 gap | '
+              '| dtype | draft | gamma | row | j | base tok | spec tok | top-2 gap | '
               'margin base - spec | max abs(chunk - single) at j | chunk gives spec |',
-              '|---|---|---|---|---|---|---|---|---|---|']
-    for dtype, g, x in details:
-      lines.append(f'| {dtype} | {g} | {x["row"]} | {x["position"]} | '
+              '|---|---|---|---|---|---|---|---|---|---|---|']
+    for dtype, name, g, x in details:
+      lines.append(f'| {dtype} | {name} | {g} | {x["row"]} | {x["position"]} | '
                    f'{x["baseline_token"]} | {x["speculative_token"]} | '
                    f'{x["single_top2_gap"]:.2e} | '
                    f'{x["single_margin_baseline_over_speculative"]:.2e} | '
@@ -257,33 +520,55 @@ def format_table(results: dict[str, Any]) -> str:
   return '\n'.join(lines)
 
 
+def run(workload: Workload, dtypes: Sequence[str], gammas: list[int], batch: int,
+        max_new_tokens: int) -> dict[str, Any]:
+  """`measure` in each dtype; the results with the settings."""
+  batch = min(batch, len(workload.inputs))
+  results = {'pair': workload.pair, 'prompts': workload.prompts,
+             'num_sentences': len(workload.inputs), 'batch': batch,
+             'max_new_tokens': max_new_tokens,
+             'input_length': int(workload.inputs.shape[1]),
+             'backend': jax.default_backend(), 'dtypes': {}}
+  for dtype in dtypes:
+    target, drafts = workload.load(jnp.dtype(dtype))
+    r = measure(target, drafts, workload.inputs, gammas, batch, max_new_tokens,
+                workload.eos_id)
+    if hasattr(target, 'per_position_logits'):
+      r['target_per_position_logits'] = target.per_position_logits
+    results['dtypes'][dtype] = r
+  return results
+
+
 def main(argv):
   del argv
-  for name, value in (('num_sentences', _NUM.value), ('batch', _BATCH.value),
-                      ('max_new_tokens', _MAX_NEW.value)):
+  default_num, default_new, default_gammas = DEFAULTS[_PAIR.value]
+  num = default_num if _NUM.value is None else _NUM.value
+  max_new = default_new if _MAX_NEW.value is None else _MAX_NEW.value
+  for name, value in (('num_sentences', num), ('batch', _BATCH.value),
+                      ('max_new_tokens', max_new),
+                      ('max_prompt_tokens', _MAX_PROMPT.value)):
     if value < 1:
       raise app.UsageError(f'--{name} must be >= 1, got {value}')
-  gammas = [int(g) for g in _GAMMAS.value]
+  gamma_flags = default_gammas if _GAMMAS.value is None else _GAMMAS.value
+  try:
+    gammas = [int(g) for g in gamma_flags]
+  except ValueError:
+    raise app.UsageError(f'--gammas must be positive ints, got {gamma_flags}') from None
   if not gammas or min(gammas) < 1:
-    raise app.UsageError(f'--gammas must be positive ints, got {_GAMMAS.value}')
+    raise app.UsageError(f'--gammas must be positive ints, got {gamma_flags}')
   for dtype in _DTYPES.value:
     if dtype not in ('float32', 'bfloat16'):
       raise app.UsageError(f'--dtypes: float32 or bfloat16, got {dtype!r}')
-  sentences = pretrained.test_sentences(_PAIR.value)[:_NUM.value]
-  vocab = data.Vocabulary()
-  inputs = np.stack([vocab.encode_padded(TRANSLATE_PREFIX + en, _INPUT_LEN.value)
-                     for en, _ in sentences])
-  batch = min(_BATCH.value, len(inputs))
-  results = {'pair': _PAIR.value, 'draft': _DRAFT.value, 'num_sentences': len(inputs),
-             'batch': batch, 'max_new_tokens': _MAX_NEW.value,
-             'input_length': _INPUT_LEN.value, 'backend': jax.default_backend(),
-             'dtypes': {}}
-  for dtype in _DTYPES.value:
-    target, draft, _ = pretrained.load_pair(_PAIR.value, dtype=jnp.dtype(dtype),
-                                            per_position_logits=_PER_POSITION.value,
-                                            draft=_DRAFT.value)
-    results['dtypes'][dtype] = measure(target, draft, inputs, gammas, batch,
-                                       _MAX_NEW.value)
+  if _PAIR.value == T5_PAIR:
+    workload = t5_workload(_PAIR.value, _DRAFT.value, num, _INPUT_LEN.value,
+                           _PER_POSITION.value)
+  else:
+    try:
+      workload = lm_workload(_PAIR.value, _LM_DRAFTS.value, _LM_TASKS.value, num,
+                             _MAX_PROMPT.value, seed=_SEED.value)
+    except ValueError as e:
+      raise app.UsageError(str(e)) from e
+  results = run(workload, _DTYPES.value, gammas, _BATCH.value, max_new)
   print(format_table(results))
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
   with open(_OUTPUT.value, 'w') as f:
