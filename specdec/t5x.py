@@ -1,4 +1,4 @@
-"""Speculative decoding inside T5X: drop-in models for its two model classes, a decode_fn.
+"""Speculative decoding inside T5X: drop-in models for its model classes, a decode_fn.
 
 Ways to decode a T5X model Mp with a draft Mq by Algorithm 1 of Leviathan, Kalman &
 Matias (ICML 2023), all traceable inside T5X's `PjitPartitioner`:

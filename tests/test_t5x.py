@@ -424,7 +424,7 @@ def test_t5x_infer_runs_a_run_config(t5x_lib, tmp_path, infer_file):
     assert {'scores', 'iterations', 'accepted', 'alpha_hat'} <= set(lines[0]['aux'])
 
 
-# ------------------------------------------------------------------ decoder-only, with t5x
+# ------------------------------------------------------------ decoder-only, with t5x
 # Prompt lengths of the decoder-only batch (T5X's initial_index), one empty; L tokens.
 DO_PREFIXES, DO_LENGTH = (3, 0, 5), 10
 
@@ -516,8 +516,8 @@ def test_decoder_only_model_greedy_is_t5x_temperature_sample(
                                partitioner.data_partition_spec, None),
         out_axis_resources=None)(state.params, batch, jax.random.PRNGKey(0))
 
-  expected = _t5x_decoder_greedy(lib, target.params,
-                                 _t5x_decoder_network(lib, target.config), bidirectional)
+  expected = _t5x_decoder_greedy(
+      lib, target.params, _t5x_decoder_network(lib, target.config), bidirectional)
   budget = DO_LENGTH - np.asarray(DO_PREFIXES)
   # Not vacuous: every row decodes different tokens, up to T5X's limit.
   assert all(len(set(row[:n])) >= 2 for row, n in zip(expected.tolist(), budget))
@@ -630,7 +630,7 @@ def test_decoder_only_model_rejects_bad_arguments(t5x_decoder_lib, decoder_pair)
     cls(**{**kwargs, 'gamma': 0})
   with pytest.raises(ValueError, match='decode_fn'):
     cls(**kwargs, decode_fn=lib['decoding'].temperature_sample)
-  with pytest.raises(TypeError, match='draft_module must be specdec.models.t5x_decoder'):
+  with pytest.raises(TypeError, match='draft_module must be specdec.models.t5x_dec'):
     cls(**{**kwargs, 'draft_module': t5.Transformer(t5.tiny_config())})
   other = t5x_decoder.Transformer(draft.config.replace(vocab_size=128))
   with pytest.raises(ValueError, match='draft_module: vocab_size 128'):

@@ -50,7 +50,8 @@ def full_logits(model, x):
   the prefix 0..P_b as its decoder_causal_attention."""
   causal = (np.arange(x.shape[1])[None] <= np.asarray(PREFIXES)[:, None]).astype(
       np.int32)
-  return model.forward(jnp.asarray(x), jnp.ones_like(jnp.asarray(x)), jnp.asarray(causal))
+  x = jnp.asarray(x)
+  return model.forward(x, jnp.ones_like(x), jnp.asarray(causal))
 
 
 def rows_at(values, starts, k):
@@ -84,8 +85,8 @@ def test_parameter_tree_is_t5x_decoder_only_tree():
   tied = t5x_decoder.param_shapes(dataclasses.replace(cfg, logits_via_embedding=True))
   assert 'logits_dense' not in tied['decoder']
   axes = t5x_decoder.init_variables(cfg, jax.random.PRNGKey(0))['params_axes']
-  assert axes['decoder']['layers_0']['self_attention']['query']['kernel_axes'].names == (
-      'embed', 'joined_kv')
+  query = axes['decoder']['layers_0']['self_attention']['query']['kernel_axes']
+  assert query.names == ('embed', 'joined_kv')
 
 
 # T5X's own network at these sizes (jax.eval_shape of its init, measured with t5x).

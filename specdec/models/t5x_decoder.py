@@ -551,7 +551,8 @@ class T5XDecoder:
     prefix as in T5X's prefill.
     """
     prefix = self.prefix_lengths(inputs)
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+    if (isinstance(max_length, bool) or not isinstance(max_length, int)
+        or max_length < 1):
       raise ValueError(f'max_length must be a positive int, got {max_length!r}')
     self._check_params()
     cfg = self.config
