@@ -135,12 +135,12 @@ def _one_hot_write(cache: jax.Array, new: jax.Array, positions: jax.Array) -> ja
 @contextlib.contextmanager
 def _cache_write(fn: Callable[..., jax.Array]):
   """Traces T5 with `fn` as its cache write."""
-  landed = t5._write_cache  # pylint: disable=protected-access
-  t5._write_cache = fn  # pylint: disable=protected-access
+  landed = t5.write_cache
+  t5.write_cache = fn
   try:
     yield
   finally:
-    t5._write_cache = landed  # pylint: disable=protected-access
+    t5.write_cache = landed
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4))
@@ -171,7 +171,7 @@ def _write_compare(model: t5.T5, rng: np.random.Generator) -> dict[str, Any]:
   # values, zeros here, do not change it).
   state = state.replace(lengths=jnp.full((batch,), capacity - 1, jnp.int32))
   compiled, outputs = {}, {}
-  for name, write in (('scatter', t5._write_cache),  # pylint: disable=protected-access
+  for name, write in (('scatter', t5.write_cache),
                       ('one_hot', _one_hot_write)):
     compiled[name] = _draft_steps.lower(model, state, first, _LOOP_STEPS.value,
                                         write).compile()

@@ -128,7 +128,7 @@ def test_rows_at_different_positions_after_rewind(versioned, versioned_batch):
 
 
 def test_cache_write_sets_only_the_chunk_slots_and_drops_past_capacity():
-  """`_write_cache`: row b's slots positions[b] get the new keys exactly, every other
+  """`write_cache`: row b's slots positions[b] get the new keys exactly, every other
   slot keeps its value, and slots past the capacity are dropped (a full row)."""
   rng = np.random.default_rng(0)
   cache = rng.standard_normal((3, 7, 2, 4)).astype(np.float32)
@@ -140,9 +140,9 @@ def test_cache_write_sets_only_the_chunk_slots_and_drops_past_capacity():
     for j in range(3):
       if positions[b, j] < 7:
         expected[b, positions[b, j]] = new[b, j]
-  written = jax.jit(t5._write_cache)(cache, new, positions)
+  written = jax.jit(t5.write_cache)(cache, new, positions)
   np.testing.assert_array_equal(written, expected)
-  bf16 = jax.jit(t5._write_cache)(jnp.asarray(cache, jnp.bfloat16), new, positions)
+  bf16 = jax.jit(t5.write_cache)(jnp.asarray(cache, jnp.bfloat16), new, positions)
   assert bf16.dtype == jnp.bfloat16
   np.testing.assert_array_equal(bf16, jnp.asarray(expected, jnp.bfloat16))
 

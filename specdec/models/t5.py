@@ -592,14 +592,14 @@ class DecoderLayer(nn.Module):
     """
     x = self.pre_self_attention_layer_norm(inputs)
     new_key, new_value = self.self_attention.project_kv(x)
-    cache = tuple(_write_cache(c, new, positions)
+    cache = tuple(write_cache(c, new, positions)
                   for c, new in zip(cache, (new_key, new_value)))
     x = self.self_attention.attend(x, *cache, self_bias, deterministic)
     x = self.dropout(x, deterministic=deterministic) + inputs
     return self._cross_attention_and_mlp(x, *cross, cross_bias, deterministic), cache
 
 
-def _write_cache(cache: Array, new: Array, positions: Array) -> Array:
+def write_cache(cache: Array, new: Array, positions: Array) -> Array:
   """cache[b, positions[b, j]] = new[b, j]; every other slot is unchanged.
 
   A scatter of the k new slots per row, which XLA performs in place on the
@@ -1120,7 +1120,7 @@ class T5:
   def extend(self, state: T5State, tokens: Array) -> tuple[Array, T5State]:
     """tokens: int[B, k] -> (float32 logits [B, k, V], state advanced by k).
 
-    Writes only the chunk's k slots of each row's cache (`_write_cache`). A row whose
+    Writes only the chunk's k slots of each row's cache (`write_cache`). A row whose
     cache is full drops the keys it cannot store; the samplers size the cache
     (`init`'s max_length) so that this never happens. Concrete ids outside [0, V)
     raise ValueError naming `tokens`; traced ones are clipped into it (`Embed`).

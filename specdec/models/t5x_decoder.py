@@ -244,8 +244,7 @@ class DecoderLayer(nn.Module):
     """
     x = self.pre_self_attention_layer_norm(inputs)
     new = self.self_attention.project_kv(x)
-    # pylint: disable-next=protected-access
-    cache = tuple(t5._write_cache(c, n, positions) for c, n in zip(cache, new))
+    cache = tuple(t5.write_cache(c, n, positions) for c, n in zip(cache, new))
     x = self.self_attention.attend(x, *cache, bias, deterministic)
     x = self.dropout(x, deterministic=deterministic) + inputs
     return self._mlp(x, deterministic), cache
