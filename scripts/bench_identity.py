@@ -38,16 +38,16 @@ Two model families, one measurement (`measure` sees only `DecodeModel`s, whose
 
 It prints a table and writes JSON. Check runs:
 
-  python scripts/bench_identity.py --num_sentences=2 --output=/tmp/identity.json
+  python scripts/bench_identity.py --num_sentences=2 --identity_json=/tmp/identity.json
   python scripts/bench_identity.py --pair=smollm2_135m_instruct --num_sentences=2 \
-      --max_new_tokens=8 --dtypes=float32 --output=/tmp/identity_lm.json
+      --max_new_tokens=8 --dtypes=float32 --identity_json=/tmp/identity_lm.json
 
 Full runs (bfloat16 is emulated on a CPU, ~6x slower than float32 there):
 
-  python scripts/bench_identity.py --num_sentences=1000 --output=out/bench_identity.json
+  python scripts/bench_identity.py --num_sentences=1000 --identity_json=out/bench_identity.json
   python scripts/bench_identity.py --pair=smollm2_135m_instruct \
       --dtypes=float32,bfloat16 --num_sentences=8 --max_new_tokens=32 --gammas=4 \
-      --output=out/bench_identity_smollm2.json
+      --identity_json=out/bench_identity_smollm2.json
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ _PER_POSITION = flags.DEFINE_integer(
     'per_position_logits', None, "T5: the target's `T5.per_position_logits`; default: "
     "`pretrained.load_model`'s (6 on a CPU, 0 elsewhere).")
 _SEED = flags.DEFINE_integer('seed', 0, "LM target: the 'tiny_llama' draft's seed.")
-_OUTPUT = flags.DEFINE_string('output', 'out/bench_identity.json', 'JSON output.')
+_OUTPUT = flags.DEFINE_string('identity_json', 'out/bench_identity.json', 'JSON output.')
 
 GREEDY = specdec.SamplingConfig(temperature=0.0)
 
