@@ -171,6 +171,33 @@ def greedy_tokens(logits: Array) -> Array:
   return first_argmax(_sanitize(logits))
 
 
+def greedy_tokens_checked(logits: Array) -> tuple[Array, Array]:
+  """(`greedy_tokens(logits)`, `nonfinite(logits)`) in one pass over the logits.
+
+  The block maxima of the raw logits give both: their maximum is NaN, +inf or -inf
+  exactly when `nonfinite` is True, and otherwise (and when it is >= -1e30, the
+  sanitized stand-in for -inf) the first argmax of the raw logits is that of the
+  sanitized ones. Only when some row fails that test does the batch take
+  `greedy_tokens`' sanitizing path (`lax.cond`, so the common case pays one pass
+  where the two functions would pay two).
+  """
+  logits = logits.astype(jnp.float32)
+  if logits.shape[-1] <= 2 * BLOCK:
+    return greedy_tokens(logits), nonfinite(logits)
+  grouped = blocks(logits, -jnp.inf)
+  block_max = jnp.max(grouped, axis=-1)  # NaN if the block holds one
+  top = jnp.max(block_max, axis=-1)
+  bad = ~jnp.isfinite(top)
+
+  def raw_argmax(_):
+    block = _first_argmax_flat(block_max)
+    return block * BLOCK + _first_argmax_flat(_take_block(grouped, block))
+
+  tokens = jax.lax.cond(jnp.any(bad | (top < -_LOGIT_MAX)),
+                        lambda _: greedy_tokens(logits), raw_argmax, None)
+  return tokens, bad
+
+
 def probabilities(logits: Array, sampling: SamplingConfig) -> Array:
   """The sampling distribution for `logits` [..., V] under `sampling`, float32.
 
@@ -180,14 +207,40 @@ def probabilities(logits: Array, sampling: SamplingConfig) -> Array:
   logits = _sanitize(logits)
   if sampling.greedy:
     return jax.nn.one_hot(first_argmax(logits), logits.shape[-1], dtype=jnp.float32)
+  return _shifted_probabilities(logits, jnp.max(logits, axis=-1, keepdims=True),
+                                sampling)
+
+
+def probabilities_checked(logits: Array, sampling: SamplingConfig
+                          ) -> tuple[Array, Array]:
+  """(`probabilities(logits, sampling)`, `nonfinite(logits)`) at temperature > 0, with
+  one max-reduction over the logits where the two functions would take two: the raw
+  logits' maximum is that of the sanitized ones unless `nonfinite` (or it is below
+  -1e30), in which case the batch recomputes it from the sanitized logits
+  (`lax.cond`)."""
+  raw = logits.astype(jnp.float32)
+  top = jnp.max(raw, axis=-1, keepdims=True)
+  bad = ~jnp.isfinite(top[..., 0])
+  logits = _sanitize(raw)
+  top = jax.lax.cond(jnp.any(bad | (top[..., 0] < -_LOGIT_MAX)),
+                     lambda _: jnp.max(logits, axis=-1, keepdims=True),
+                     lambda _: top, None)
+  return _shifted_probabilities(logits, top, sampling), bad
+
+
+def _shifted_probabilities(logits: Array, top: Array, sampling: SamplingConfig
+                           ) -> Array:
+  """`probabilities` at temperature > 0 of sanitized logits whose max is `top`."""
   # Shift the max to 0 first, so a temperature that underflows float32 sends every
   # other logit to -inf instead of computing 0 / 0.
-  logits = logits - jnp.max(logits, axis=-1, keepdims=True)
+  logits = logits - top
   temperature = max(sampling.temperature, float(jnp.finfo(jnp.float32).tiny))
   logits = jnp.clip(logits / temperature, -_LOGIT_MAX, _LOGIT_MAX)
   if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
     logits = jnp.where(_top_k_mask(logits, sampling.top_k), logits, -jnp.inf)
-  probs = jax.nn.softmax(logits, axis=-1)
+  # The max is now exactly 0 (top-k keeps it): softmax without another max pass.
+  unnormalized = jnp.exp(logits)
+  probs = unnormalized / jnp.sum(unnormalized, axis=-1, keepdims=True)
   if sampling.top_p is not None and sampling.top_p < 1.0:
     probs = jnp.where(_top_p_mask(probs, sampling.top_p), probs, 0.0)
     probs = probs / jnp.sum(probs, axis=-1, keepdims=True)

@@ -45,8 +45,9 @@ import numbers
 
 import numpy as np
 
-from specdec.distributions import (SamplingConfig, greedy_tokens, nonfinite,
-                                   probabilities, sample_categorical, uniform)
+from specdec.distributions import (SamplingConfig, greedy_tokens, greedy_tokens_checked,
+                                   nonfinite, probabilities, probabilities_checked,
+                                   sample_categorical, uniform)
 from specdec.models.base import DecodeModel, check_token_ids, write_rows
 
 Array = jax.Array
@@ -263,22 +264,25 @@ def _draft(draft: DecodeModel, state: Any, pending: Array, num_pending: Array,
   logits1 = _take_position(logits, num_pending - 1)
 
   def draw(step_logits, key):
+    """(x, q, bad) at one draft position."""
     if sampling.greedy:
-      return greedy_tokens(step_logits), None
-    q = probabilities(step_logits, sampling)
-    return sample_categorical(key, q), q
+      return *greedy_tokens_checked(step_logits), None
+    q, bad = probabilities_checked(step_logits, sampling)
+    return sample_categorical(key, q), bad, q
 
   def step(carry, step_keys):
     state, x_prev = carry
     logits, state = draft.extend(state, x_prev[:, None])
-    x, q = draw(logits[:, 0], step_keys)
-    return (state, x), (x, q, nonfinite(logits[:, 0]))
+    x, bad, q = draw(logits[:, 0], step_keys)
+    return (state, x), (x, q, bad)
 
-  x1, q1 = draw(logits1, keys[:, 0])
-  (state, _), (xs, qs, bads) = jax.lax.scan(step, (state, x1),
-                                            jnp.swapaxes(keys[:, 1:], 0, 1))
+  x1, bad1, q1 = draw(logits1, keys[:, 0])
+  # Greedy drafts draw nothing: no keys are scanned over, so none are computed.
+  step_keys = None if sampling.greedy else jnp.swapaxes(keys[:, 1:], 0, 1)
+  (state, _), (xs, qs, bads) = jax.lax.scan(step, (state, x1), step_keys,
+                                            length=gamma - 1)
   x = jnp.concatenate([x1[:, None], jnp.swapaxes(xs, 0, 1)], axis=1)
-  bad = nonfinite(logits1).astype(jnp.int32) + jnp.sum(bads, axis=0, dtype=jnp.int32)
+  bad = bad1.astype(jnp.int32) + jnp.sum(bads, axis=0, dtype=jnp.int32)
   if sampling.greedy:
     return x, None, bad, state
   q = jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
@@ -463,14 +467,17 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
     logits, target_state = target.extend(
         s.target_state, jnp.concatenate([s.last[:, None], x], axis=1))
     if sampling.greedy and lenience == 1.0:
-      n, t, betas = greedy_step(greedy_tokens(logits), x)
-    elif sampling.greedy:
-      n, t, betas = lenient_greedy_step(logits, x, sampling, lenience)
+      target_tokens, target_bad = greedy_tokens_checked(logits)
+      n, t, betas = greedy_step(target_tokens, x)
     else:
-      p = probabilities(logits, sampling)
-      r = jax.vmap(lambda k: uniform(k, (gamma,)))(keys[:, gamma])
-      n, t, betas = speculative_step(p, q, x, r, keys[:, gamma + 1], lenience)
-    bad = draft_bad + jnp.sum(nonfinite(logits), axis=1, dtype=jnp.int32)
+      if sampling.greedy:
+        target_bad = nonfinite(logits)
+        n, t, betas = lenient_greedy_step(logits, x, sampling, lenience)
+      else:
+        p, target_bad = probabilities_checked(logits, sampling)
+        r = jax.vmap(lambda k: uniform(k, (gamma,)))(keys[:, gamma])
+        n, t, betas = speculative_step(p, q, x, r, keys[:, gamma + 1], lenience)
+    bad = draft_bad + jnp.sum(target_bad, axis=1, dtype=jnp.int32)
 
     # Commit x_1..x_n, t: the chunk's slots past n hold t too and are never read.
     positions = jnp.arange(gamma + 1)
@@ -566,10 +573,10 @@ def _autoregressive_jit(target, inputs, rng, *, max_new_tokens, sampling, eos_id
     logits, target_state = target.extend(s.target_state, s.last[:, None])
     keys = _iteration_keys(s.row_keys, s.iterations, 1)[:, 0]
     if sampling.greedy:
-      t = greedy_tokens(logits[:, 0])
+      t, bad = greedy_tokens_checked(logits[:, 0])
       log_p = jnp.zeros(t.shape, jnp.float32)
     else:
-      p = probabilities(logits[:, 0], sampling)
+      p, bad = probabilities_checked(logits[:, 0], sampling)
       t = sample_categorical(keys, p)
       log_p = _log_probs(_take(p[:, None], t[:, None])[:, 0])
     hit_eos = jnp.zeros_like(active) if eos_id is None else t == eos_id
@@ -586,7 +593,7 @@ def _autoregressive_jit(target, inputs, rng, *, max_new_tokens, sampling, eos_id
         done=s.done | (active & hit_eos) | (num_generated >= max_new_tokens),
         row_keys=s.row_keys,
         iterations=s.iterations + active,
-        nonfinite=s.nonfinite + (nonfinite(logits[:, 0]) & active).astype(jnp.int32))
+        nonfinite=s.nonfinite + (bad & active).astype(jnp.int32))
 
   s = jax.lax.while_loop(cond_fn, body_fn, state)
   tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated,

@@ -205,3 +205,24 @@ def test_sampling_config_takes_numpy_scalars_and_normalizes_no_ops():
               dict(top_k=np.bool_(True)), dict(top_p=np.float32(1.5))):
     with pytest.raises(ValueError, match=next(iter(bad))):
       SamplingConfig(**bad)
+
+
+@pytest.mark.parametrize("vocab", [7, 32128])
+def test_checked_variants_equal_the_plain_functions_and_nonfinite(vocab):
+  rng = np.random.default_rng(vocab)
+  logits = (rng.standard_normal((6, vocab)) * 3).astype(np.float32)
+  logits[1, 3] = np.nan
+  logits[2, 5] = np.inf
+  logits[3, :] = -np.inf
+  logits[4, ::2] = -np.inf
+  logits[5, :] = -3e38  # finite, but below the sanitized stand-in for -inf
+  logits[5, 1] = -np.inf
+  for batch in (logits[[0, 4]], logits):  # the raw path alone, and the fallback
+    x = jnp.asarray(batch)
+    tokens, bad = distributions.greedy_tokens_checked(x)
+    np.testing.assert_array_equal(tokens, distributions.greedy_tokens(x))
+    np.testing.assert_array_equal(bad, distributions.nonfinite(x))
+    for cfg in (SamplingConfig(0.7), SamplingConfig(1.0, top_k=3, top_p=0.9)):
+      probs, bad = distributions.probabilities_checked(x, cfg)
+      np.testing.assert_array_equal(probs, probabilities(x, cfg))
+      np.testing.assert_array_equal(bad, distributions.nonfinite(x))
