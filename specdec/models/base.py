@@ -82,19 +82,53 @@ class CausalLMState:
   lengths: Array
 
 
+def check_tokens(name: str, tokens: Any, vocab_size: int | None = None) -> None:
+  """Raises naming `name` unless `tokens` is an int array [batch, length] whose ids,
+  when concrete and `vocab_size` is given, are in [0, vocab_size)."""
+  if not hasattr(tokens, "ndim") or tokens.ndim != 2:
+    raise ValueError(f"{name} must be an int array [batch, length], got "
+                     f"{getattr(tokens, 'shape', type(tokens).__name__)}")
+  if not jnp.issubdtype(tokens.dtype, jnp.integer):
+    raise TypeError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+  if vocab_size is not None:
+    check_token_ids(name, tokens, vocab_size)
+
+
 def check_token_ids(name: str, tokens: Any, vocab_size: int) -> None:
   """Raises ValueError naming `name` if concrete `tokens` hold an id outside [0, V).
 
   Traced tokens (inside `jax.jit`) cannot be checked; models clip them into range
-  before any lookup, so that they never turn into NaN logits.
+  before any lookup, so that they never turn into NaN logits. Checking a concrete
+  device array reads back its min and max (one small transfer); the samplers check
+  their inputs once, before tracing the models.
   """
-  if isinstance(tokens, jax.core.Tracer):
+  if isinstance(tokens, jax.core.Tracer) or not np.size(tokens):
     return
-  values = np.asarray(tokens)
-  if values.size and (values.min() < 0 or values.max() >= vocab_size):
-    bad = values[(values < 0) | (values >= vocab_size)]
+  # Eager even when a concrete array is closed over by a function being traced.
+  with jax.ensure_compile_time_eval():
+    low, high = int(jnp.min(tokens)), int(jnp.max(tokens))
+  if low < 0 or high >= vocab_size:
     raise ValueError(f"{name} holds token ids outside the vocabulary [0, {vocab_size}): "
-                     f"{sorted(set(bad.ravel().tolist()))[:8]}")
+                     f"ids in [{low}, {high}]")
+
+
+def check_chunk(tokens: Any, batch: int, capacity: int) -> None:
+  """Raises naming `tokens` unless the chunk [B, k] fits a state of `batch` rows and
+  a cache of `capacity` positions (1 <= k <= capacity)."""
+  if tokens.shape[0] != batch:
+    raise ValueError(f"tokens has batch {tokens.shape[0]}, the state has {batch}")
+  if not 1 <= tokens.shape[1] <= capacity:
+    raise ValueError(f"tokens: a chunk of {tokens.shape[1]} tokens must be in [1, "
+                     f"{capacity}], the cache init(max_length) allocated")
+
+
+def rewound(current: Array, lengths: Any) -> Array:
+  """int32[B]: min(current, lengths) per row, `DecodeModel.rewind`'s new lengths;
+  raises naming `lengths` unless it has the shape of `current`."""
+  lengths = jnp.asarray(lengths)
+  if lengths.shape != current.shape:
+    raise ValueError(f"lengths must have shape {current.shape}, got {lengths.shape}")
+  return jnp.minimum(current, lengths.astype(jnp.int32))
 
 
 def write_rows(buffer: Array, chunk: Array, starts: Array) -> Array:
@@ -178,7 +212,7 @@ class CausalLM:
     return logits, CausalLMState(tokens=buffer, lengths=state.lengths + k)
 
   def rewind(self, state: CausalLMState, lengths: Array) -> CausalLMState:
-    return state.replace(lengths=jnp.minimum(state.lengths, lengths.astype(jnp.int32)))
+    return state.replace(lengths=rewound(state.lengths, lengths))
 
   def lengths(self, state: CausalLMState) -> Array:
     return state.lengths

@@ -51,6 +51,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec.models import base
+
 Array = jax.Array
 Initializer = Callable[..., Array]
 
@@ -636,20 +638,6 @@ def _is_concrete(x: Any) -> bool:
   return not isinstance(x, jax.core.Tracer)
 
 
-def _check_tokens(name: str, tokens: Any, vocab_size: int) -> None:
-  """Rank 2 and integer; and, when concrete (not traced), ids in [0, V)."""
-  if not hasattr(tokens, 'ndim') or tokens.ndim != 2:
-    raise ValueError(f'{name} must be an int array [batch, length], got '
-                     f'{getattr(tokens, "shape", type(tokens).__name__)}')
-  if not jnp.issubdtype(tokens.dtype, jnp.integer):
-    raise TypeError(f'{name} must hold integer token ids, got dtype {tokens.dtype}')
-  if tokens.size and _is_concrete(tokens):
-    values = np.asarray(tokens)
-    low, high = int(values.min()), int(values.max())
-    if low < 0 or high >= vocab_size:
-      raise ValueError(f'{name}: token ids must be in [0, {vocab_size}), got values '
-                       f'from {low} to {high}')
-
 
 @flax.struct.dataclass
 class Llama:
@@ -708,13 +696,13 @@ class Llama:
   def forward(self, tokens: Array) -> Array:
     """The full causal forward pass: tokens int[B, L] (no padding) -> float32 logits
     [B, L, V]; logits[:, j] predicts token j + 1."""
-    _check_tokens('tokens', tokens, self.vocab_size)
+    base.check_tokens('tokens', tokens, self.vocab_size)
     self._check_params()
     return _forward(self.config, self.params, jnp.asarray(tokens))
 
   def prompt_lengths(self, inputs: Array) -> Array:
     """int32[B]: len_b, the tokens of each row's prompt (see the class docstring)."""
-    _check_tokens('inputs', inputs, self.vocab_size)
+    base.check_tokens('inputs', inputs, self.vocab_size)
     batch, length = inputs.shape
     if length < 1:
       raise ValueError(f'inputs must hold at least one token per row, got shape '
@@ -770,13 +758,8 @@ class Llama:
     Writes only the k new slots of each row. A row must have room (lengths + k <= T,
     as the samplers guarantee); past it, XLA clamps the write into the last k slots.
     """
-    _check_tokens('tokens', tokens, self.vocab_size)
-    batch, capacity = state.caches[0][0].shape[:2]
-    if tokens.shape[0] != batch:
-      raise ValueError(f'tokens has batch {tokens.shape[0]}, the state has {batch}')
-    if not 1 <= tokens.shape[1] <= capacity:
-      raise ValueError(f'tokens: a chunk of {tokens.shape[1]} tokens must be in [1, '
-                       f'{capacity}], the cache init(max_length) allocated')
+    base.check_tokens('tokens', tokens, self.vocab_size)
+    base.check_chunk(tokens, *state.caches[0][0].shape[:2])
     self._check_params()
     logits, caches = _extend(self.config, self.params, jnp.asarray(tokens),
                              state.lengths, state.caches)
@@ -784,11 +767,7 @@ class Llama:
 
   def rewind(self, state: LlamaState, lengths: Array) -> LlamaState:
     """Rolls row b back to min(current, lengths[b]) tokens; stale slots are masked."""
-    lengths = jnp.asarray(lengths)
-    if lengths.shape != state.lengths.shape:
-      raise ValueError(f'lengths must have shape {state.lengths.shape}, got '
-                       f'{lengths.shape}')
-    return state.replace(lengths=jnp.minimum(state.lengths, lengths.astype(jnp.int32)))
+    return state.replace(lengths=base.rewound(state.lengths, lengths))
 
   def lengths(self, state: LlamaState) -> Array:
     """int32[B], tokens fed so far per row."""

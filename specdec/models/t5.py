@@ -40,6 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec.models import base
+
 Array = jax.Array
 Initializer = Callable[..., Array]
 
@@ -999,28 +1001,6 @@ def state_logical_axes(state: T5State) -> T5State:
                  encoder_mask=spec('batch', 'length'), lengths=spec('batch'))
 
 
-def _check_tokens(name: str, tokens: Any, vocab_size: int | None = None) -> None:
-  """Raises naming `name` unless `tokens` is an int array [batch, length] whose ids,
-  when concrete and `vocab_size` is given, are in [0, vocab_size).
-
-  Traced ids cannot be checked; `Embed` clips them (see there), so they never make
-  NaN. Checking a concrete device array reads back its min and max (one small
-  transfer per call); the samplers trace their models, so they never pay it.
-  """
-  if not hasattr(tokens, 'ndim') or tokens.ndim != 2:
-    raise ValueError(f'{name} must be an int array [batch, length], got '
-                     f'{getattr(tokens, "shape", type(tokens).__name__)}')
-  if not jnp.issubdtype(tokens.dtype, jnp.integer):
-    raise TypeError(f'{name} must hold integer token ids, got dtype {tokens.dtype}')
-  if vocab_size is None or isinstance(tokens, jax.core.Tracer) or tokens.size == 0:
-    return
-  # Eager even when a concrete array is closed over by a function being traced.
-  with jax.ensure_compile_time_eval():
-    low, high = int(jnp.min(tokens)), int(jnp.max(tokens))
-  if low < 0 or high >= vocab_size:
-    raise ValueError(f'{name} holds token ids in [{low}, {high}], outside '
-                     f'[0, {vocab_size}) (vocab_size={vocab_size})')
-
 
 @flax.struct.dataclass
 class T5:
@@ -1085,7 +1065,7 @@ class T5:
     Raises ValueError naming `inputs` for concrete ids outside [0, V); traced ids
     there are clipped into it (`Embed`).
     """
-    _check_tokens('inputs', inputs, self.vocab_size)
+    base.check_tokens('inputs', inputs, self.vocab_size)
     return self._encode(inputs)
 
   def _encode(self, inputs: Array) -> Array:
@@ -1096,7 +1076,7 @@ class T5:
 
     Ids as in `encode`: concrete ones outside [0, V) raise, traced ones are clipped.
     """
-    _check_tokens('inputs', inputs, self.vocab_size)
+    base.check_tokens('inputs', inputs, self.vocab_size)
     if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
       raise ValueError(f'max_length must be a positive int, got {max_length!r}')
     if self.max_decode_length is not None and max_length > self.max_decode_length:
@@ -1114,7 +1094,7 @@ class T5:
 
   def start_tokens(self, inputs: Array) -> Array:
     """int32[B] of the decoder start id 0."""
-    _check_tokens('inputs', inputs)
+    base.check_tokens('inputs', inputs)
     return jnp.full((inputs.shape[0],), DECODER_START_ID, jnp.int32)
 
   def extend(self, state: T5State, tokens: Array) -> tuple[Array, T5State]:
@@ -1139,7 +1119,7 @@ class T5:
     float32, where such near-ties are rare, and up to ~1e-2 in bfloat16, where at
     scale argmax flips are to be expected.
     """
-    _check_tokens('tokens', tokens, self.vocab_size)
+    base.check_tokens('tokens', tokens, self.vocab_size)
     batch, capacity = state.caches[0][0].shape[:2]
     if tokens.shape[0] != batch:
       raise ValueError(f'tokens has batch {tokens.shape[0]}, the state has {batch}')
@@ -1154,11 +1134,7 @@ class T5:
 
   def rewind(self, state: T5State, lengths: Array) -> T5State:
     """Rolls row b back to min(current, lengths[b]) tokens; stale slots are masked."""
-    lengths = jnp.asarray(lengths)
-    if lengths.shape != state.lengths.shape:
-      raise ValueError(f'lengths must have shape {state.lengths.shape}, got '
-                       f'{lengths.shape}')
-    return state.replace(lengths=jnp.minimum(state.lengths, lengths.astype(jnp.int32)))
+    return state.replace(lengths=base.rewound(state.lengths, lengths))
 
   def lengths(self, state: T5State) -> Array:
     """int32[B], decoder tokens fed so far per row."""

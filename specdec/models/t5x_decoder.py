@@ -153,17 +153,6 @@ def tiny_config(**overrides) -> DecoderOnlyConfig:
   return dataclasses.replace(cfg, **overrides)
 
 
-def _check_tokens(name: str, tokens: Any, vocab_size: int) -> None:
-  """Raises naming `name` unless `tokens` is an int array [batch, length] whose ids,
-  when concrete, are in [0, vocab_size)."""
-  if not hasattr(tokens, 'ndim') or tokens.ndim != 2:
-    raise ValueError(f'{name} must be an int array [batch, length], got '
-                     f'{getattr(tokens, "shape", type(tokens).__name__)}')
-  if not jnp.issubdtype(tokens.dtype, jnp.integer):
-    raise TypeError(f'{name} must hold integer token ids, got dtype {tokens.dtype}')
-  base.check_token_ids(name, tokens, vocab_size)
-
-
 # ------------------------------------------------------------------------------
 # Masks and positions.
 # ------------------------------------------------------------------------------
@@ -523,7 +512,7 @@ class T5XDecoder:
     as T5X passes it."""
     for name, tokens in (('decoder_input_tokens', decoder_input_tokens),
                          ('decoder_target_tokens', decoder_target_tokens)):
-      _check_tokens(name, tokens, self.vocab_size)
+      base.check_tokens(name, tokens, self.vocab_size)
     self._check_params()
     causal = decoder_causal_attention if self.bidirectional_prefix else None
     return self.module.apply({'params': self.params}, decoder_input_tokens,
@@ -532,7 +521,7 @@ class T5XDecoder:
 
   def prefix_lengths(self, inputs: Array) -> Array:
     """int32[B]: P_b (`prefix_lengths`), after checking `inputs`."""
-    _check_tokens('inputs', inputs, self.vocab_size)
+    base.check_tokens('inputs', inputs, self.vocab_size)
     return prefix_lengths(jnp.asarray(inputs))
 
   def start_tokens(self, inputs: Array) -> Array:
@@ -570,13 +559,8 @@ class T5XDecoder:
     Writes only the chunk's k slots of each row; a row whose cache is full drops the
     keys it cannot store (the samplers size `init` so that this never happens).
     """
-    _check_tokens('tokens', tokens, self.vocab_size)
-    batch, capacity = state.caches[0][0].shape[:2]
-    if tokens.shape[0] != batch:
-      raise ValueError(f'tokens has batch {tokens.shape[0]}, the state has {batch}')
-    if not 1 <= tokens.shape[1] <= capacity:
-      raise ValueError(f'tokens: a chunk of {tokens.shape[1]} tokens must be in [1, '
-                       f'{capacity}], the cache init(max_length) allocated')
+    base.check_tokens('tokens', tokens, self.vocab_size)
+    base.check_chunk(tokens, *state.caches[0][0].shape[:2])
     self._check_params()
     logits, caches = _extend(self.config, self.params, jnp.asarray(tokens),
                              state.lengths, state.caches)
@@ -584,11 +568,7 @@ class T5XDecoder:
 
   def rewind(self, state: DecoderState, lengths: Array) -> DecoderState:
     """Rolls row b back to min(current, lengths[b]) tokens; stale slots are masked."""
-    lengths = jnp.asarray(lengths)
-    if lengths.shape != state.lengths.shape:
-      raise ValueError(f'lengths must have shape {state.lengths.shape}, got '
-                       f'{lengths.shape}')
-    return state.replace(lengths=jnp.minimum(state.lengths, lengths.astype(jnp.int32)))
+    return state.replace(lengths=base.rewound(state.lengths, lengths))
 
   def lengths(self, state: DecoderState) -> Array:
     """int32[B], tokens fed so far per row."""
