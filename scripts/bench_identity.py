@@ -24,13 +24,13 @@ reports
 Two model families, one measurement (`measure` sees only `DecodeModel`s, whose
 `start_tokens` say what the teacher-forced passes feed first):
 
-* `--pair=multi30k_ende` (default): the shipped T5 pair (`pretrained.load_pair`) on
-  Multi30k test_2016 sentences, with the shipped draft `--draft`.
-* `--pair=smollm2_135m_instruct`: the decoder-only SmolLM2-135M-Instruct
+* `--identity_pair=multi30k_ende` (default): the shipped T5 pair
+  (`pretrained.load_pair`) on Multi30k test_2016 sentences, with the shipped draft `--identity_draft`.
+* `--identity_pair=smollm2_135m_instruct`: the decoder-only SmolLM2-135M-Instruct
   (`pretrained.load_lm`, a `llama.Llama` reading right-padded prompts) on chat prompts
   "Summarize: <the first sentences of a CNN/DM article>" and "Translate to German:
-  <a newstest2014 source>" (alternating, at most `--max_prompt_tokens` tokens with the
-  chat template), with same-vocabulary drafts (`--lm_drafts`): 'bigram'
+  <a newstest2014 source>" (alternating, at most `--identity_max_prompt_tokens` tokens
+  with the chat template), with same-vocabulary drafts (`--identity_lm_drafts`): 'bigram'
   (`ngram.Bigram`, estimated from the tokenized text of the shipped articles and
   German newstest2014 references that are not prompts) and 'tiny_llama' (a random
   `llama.tiny_config` Llama over the target's vocabulary: nearly every draft is
@@ -38,16 +38,20 @@ Two model families, one measurement (`measure` sees only `DecodeModel`s, whose
 
 It prints a table and writes JSON. Check runs:
 
-  python scripts/bench_identity.py --num_sentences=2 --identity_json=/tmp/identity.json
-  python scripts/bench_identity.py --pair=smollm2_135m_instruct --num_sentences=2 \
-      --max_new_tokens=8 --dtypes=float32 --identity_json=/tmp/identity_lm.json
+  python scripts/bench_identity.py --identity_num_sentences=2 --identity_json=/tmp/identity.json
+  python scripts/bench_identity.py --identity_pair=smollm2_135m_instruct --identity_num_sentences=2 \
+      --identity_max_new_tokens=8 --identity_dtypes=float32 --identity_json=/tmp/identity_lm.json
 
 Full runs (bfloat16 is emulated on a CPU, ~6x slower than float32 there):
 
-  python scripts/bench_identity.py --num_sentences=1000 --identity_json=out/bench_identity.json
-  python scripts/bench_identity.py --pair=smollm2_135m_instruct \
-      --dtypes=float32,bfloat16 --num_sentences=8 --max_new_tokens=32 --gammas=4 \
+  python scripts/bench_identity.py --identity_num_sentences=1000 --identity_json=out/bench_identity.json
+  python scripts/bench_identity.py --identity_pair=smollm2_135m_instruct \
+      --identity_dtypes=float32,bfloat16 --identity_num_sentences=8 \
+      --identity_max_new_tokens=32 --identity_gammas=4 \
       --identity_json=out/bench_identity_smollm2.json
+
+Every flag is prefixed `identity_`: the tests import this script, the demo and the
+other scripts into one process, where absl's flags share one registry.
 """
 
 from __future__ import annotations
@@ -80,30 +84,30 @@ LM_TASKS = ('cnndm', 'wmt_ende')
 # The chat prompts' instructions, before the shipped text.
 LM_INSTRUCTIONS = {'cnndm': 'Summarize: ', 'wmt_ende': 'Translate to German: '}
 
-_PAIR = flags.DEFINE_enum('pair', T5_PAIR, list(DEFAULTS), 'A shipped target.')
-_DRAFT = flags.DEFINE_string('draft', 'draft_distilled',
+_PAIR = flags.DEFINE_enum('identity_pair', T5_PAIR, list(DEFAULTS), 'A shipped target.')
+_DRAFT = flags.DEFINE_string('identity_draft', 'draft_distilled',
                              'T5 pair: which shipped draft.')
-_LM_DRAFTS = flags.DEFINE_list('lm_drafts', list(LM_DRAFTS),
+_LM_DRAFTS = flags.DEFINE_list('identity_lm_drafts', list(LM_DRAFTS),
                                f'LM target: drafts, of {list(LM_DRAFTS)}.')
-_LM_TASKS = flags.DEFINE_list('lm_tasks', list(LM_TASKS),
+_LM_TASKS = flags.DEFINE_list('identity_lm_tasks', list(LM_TASKS),
                               f'LM target: prompt kinds, alternating, of {list(LM_TASKS)}.')
-_MAX_PROMPT = flags.DEFINE_integer('max_prompt_tokens', 96,
+_MAX_PROMPT = flags.DEFINE_integer('identity_max_prompt_tokens', 96,
                                    'LM target: prompt tokens at most (chat template '
                                    'included).')
-_NUM = flags.DEFINE_integer('num_sentences', None,
+_NUM = flags.DEFINE_integer('identity_num_sentences', None,
                             'Prompts (from the first); default 1000 (T5) or 8 (LM).')
-_GAMMAS = flags.DEFINE_list('gammas', None,
+_GAMMAS = flags.DEFINE_list('identity_gammas', None,
                             'Draft tokens per iteration; default 4,7 (T5) or 4 (LM).')
-_DTYPES = flags.DEFINE_list('dtypes', ['float32', 'bfloat16'],
+_DTYPES = flags.DEFINE_list('identity_dtypes', ['float32', 'bfloat16'],
                             'Parameter and activation dtypes of the models.')
-_BATCH = flags.DEFINE_integer('batch', 32, 'Prompts per decode call.')
-_MAX_NEW = flags.DEFINE_integer('max_new_tokens', None,
+_BATCH = flags.DEFINE_integer('identity_batch', 32, 'Prompts per decode call.')
+_MAX_NEW = flags.DEFINE_integer('identity_max_new_tokens', None,
                                 'Tokens generated at most; default 40 (T5), 32 (LM).')
-_INPUT_LEN = flags.DEFINE_integer('input_length', 48, 'T5: encoder length (padded).')
+_INPUT_LEN = flags.DEFINE_integer('identity_input_length', 48, 'T5: encoder length (padded).')
 _PER_POSITION = flags.DEFINE_integer(
-    'per_position_logits', None, "T5: the target's `T5.per_position_logits`; default: "
+    'identity_per_position_logits', None, "T5: the target's `T5.per_position_logits`; default: "
     "`pretrained.load_model`'s (6 on a CPU, 0 elsewhere).")
-_SEED = flags.DEFINE_integer('seed', 0, "LM target: the 'tiny_llama' draft's seed.")
+_SEED = flags.DEFINE_integer('identity_seed', 0, "LM target: the 'tiny_llama' draft's seed.")
 _OUTPUT = flags.DEFINE_string('identity_json', 'out/bench_identity.json', 'JSON output.')
 
 GREEDY = specdec.SamplingConfig(temperature=0.0)
@@ -553,12 +557,12 @@ def main(argv):
   try:
     gammas = [int(g) for g in gamma_flags]
   except ValueError:
-    raise app.UsageError(f'--gammas must be positive ints, got {gamma_flags}') from None
+    raise app.UsageError(f'--identity_gammas must be positive ints, got {gamma_flags}') from None
   if not gammas or min(gammas) < 1:
-    raise app.UsageError(f'--gammas must be positive ints, got {gamma_flags}')
+    raise app.UsageError(f'--identity_gammas must be positive ints, got {gamma_flags}')
   for dtype in _DTYPES.value:
     if dtype not in ('float32', 'bfloat16'):
-      raise app.UsageError(f'--dtypes: float32 or bfloat16, got {dtype!r}')
+      raise app.UsageError(f'--identity_dtypes: float32 or bfloat16, got {dtype!r}')
   if _PAIR.value == T5_PAIR:
     workload = t5_workload(_PAIR.value, _DRAFT.value, num, _INPUT_LEN.value,
                            _PER_POSITION.value)
