@@ -136,6 +136,7 @@ def test_table3_and_table4_from_fixed_json():
   assert len(lines) == 2 + 4  # one row per (task, temperature, draft)
 
 
+@pytest.mark.slow  # ~25 s: the shipped pair end to end; the tiny run covers the code.
 def test_benchmark_default_pair_runs(tmp_path):
   """The default path: the shipped pair and task, cut to a minimum."""
   cmd = [sys.executable, os.path.join(ROOT, "scripts", "benchmark.py"),
@@ -150,6 +151,7 @@ def test_benchmark_default_pair_runs(tmp_path):
   assert [r["identical_to_baseline"] for r in result["rows"]] == [True, True]
 
 
+@pytest.mark.slow  # ~15 s of T5 shapes; run with -m slow.
 def test_shapes_only_premise_and_speedups(tmp_path):
   """--shapes_only: the agreeing pair accepts everything, the random one less, and
   speed-up(alpha) is E[tokens] x t_baseline_token / t_iteration."""
