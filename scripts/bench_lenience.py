@@ -117,20 +117,6 @@ def load_drafts(pair: str, names: Sequence[str] | None, vocab, vocab_size: int,
   return out
 
 
-def encode(vocab, sentences: Sequence[str], length: int) -> np.ndarray:
-  """int32[N, length]: the task prefix, the sentence, EOS, padding (one shape)."""
-  return np.stack([vocab.encode_padded(data.TRANSLATE_PREFIX + s, length)
-                   for s in sentences])
-
-
-def batched(inputs: np.ndarray, batch: int):
-  """(inputs [batch, L], real rows): the last batch is filled with copies of row 0."""
-  for start in range(0, len(inputs), batch):
-    chunk = inputs[start:start + batch]
-    size = len(chunk)
-    if size < batch:
-      chunk = np.concatenate([chunk, np.repeat(chunk[:1], batch - size, axis=0)])
-    yield jnp.asarray(chunk), size
 
 
 # ------------------------------------------------------------------------------
@@ -190,7 +176,7 @@ def decode_all(decode, inputs: np.ndarray, batch: int, key) -> dict[str, Any]:
   """Every input decoded in batches: tokens, lengths, log_probs and stats of the real
   rows, concatenated."""
   parts = []
-  for i, (x, size) in enumerate(batched(inputs, batch)):
+  for i, (x, size) in enumerate(benchmarking.batched(inputs, batch)):
     out = decode(x, jax.random.fold_in(key, i))
     parts.append(jax.tree.map(lambda a, size=size: np.asarray(a)[:size], out))
   return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
@@ -230,7 +216,7 @@ def run(*, pair: str, draft_names, leniences: Sequence[float],
   target, _, vocab = pretrained.load_pair(pair)
   drafts = load_drafts(pair, draft_names, vocab, target.vocab_size, ngram_sentences)
   pairs = pretrained.test_sentences(pair)[:sentences]
-  inputs = encode(vocab, [en for en, _ in pairs], input_length)
+  inputs = benchmarking.encode_sources(vocab, [en for en, _ in pairs], input_length)
   references = [de for _, de in pairs]
   timed = [jnp.asarray(x)[None] for x in inputs[:timed_sentences]]
   key = jax.random.key(seed)

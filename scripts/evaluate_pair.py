@@ -57,24 +57,11 @@ def load_dataset(name: str, limit: int | None = None) -> list[tuple[str, str]]:
   return pairs[:limit] if limit else pairs
 
 
-def encode(vocab, sentences, length: int) -> np.ndarray:
-  return np.stack([vocab.encode_padded(data.TRANSLATE_PREFIX + s, length)
-                   for s in sentences])
-
-
-def batched(inputs: np.ndarray, batch: int):
-  """Fixed-size batches (the last padded with copies of row 0) and their sizes."""
-  for start in range(0, len(inputs), batch):
-    chunk = inputs[start:start + batch]
-    size = len(chunk)
-    if size < batch:
-      chunk = np.concatenate([chunk, np.repeat(chunk[:1], batch - size, axis=0)])
-    yield jnp.asarray(chunk), size
 
 
 def greedy_translations(target, vocab, inputs, max_new, batch) -> list[str]:
   out = []
-  for x, size in batched(inputs, batch):
+  for x, size in benchmarking.batched(inputs, batch):
     result = autoregressive_sample(target, x, jax.random.key(0), max_new_tokens=max_new,
                                    sampling=GREEDY, eos_id=data.EOS_ID)
     out += [vocab.decode(row.tolist()) for row in np.asarray(result.tokens)[:size]]
@@ -83,7 +70,7 @@ def greedy_translations(target, vocab, inputs, max_new, batch) -> list[str]:
 
 def pooled_alpha(target, draft, inputs, max_new, batch, temperature, gamma=4) -> float:
   beta_sum, beta_count = 0.0, 0
-  for i, (x, size) in enumerate(batched(inputs, batch)):
+  for i, (x, size) in enumerate(benchmarking.batched(inputs, batch)):
     out = speculative_sample(target, draft, x, jax.random.key(i), gamma=gamma,
                              max_new_tokens=max_new,
                              sampling=SamplingConfig(temperature=temperature),
@@ -102,8 +89,9 @@ def ngram_drafts(vocab, multi30k_dir: str, vocab_size: int):
 
 def sweep(target, drafts, vocab, sentences, input_len, max_new, gammas):
   """The batch-1 gamma sweep; `drafts` maps each temperature to (name, draft)."""
-  inputs = [jnp.asarray(x)[None] for x in encode(vocab, [s for s, _ in sentences],
-                                                  input_len)]
+  sources = [s for s, _ in sentences]
+  inputs = [jnp.asarray(x)[None]
+            for x in benchmarking.encode_sources(vocab, sources, input_len)]
   rows = []
   key = jax.random.key(1)
   for temperature, (draft_name, draft) in drafts.items():
@@ -265,7 +253,7 @@ def main(argv):
   sweeps = {}
   for name, (input_len, max_new) in DATASETS.items():
     pairs = load_dataset(name, _NEWS_N.value if name == "newstest2014" else _BLEU_N.value)
-    inputs = encode(vocab, [s for s, _ in pairs], input_len)
+    inputs = benchmarking.encode_sources(vocab, [s for s, _ in pairs], input_len)
     metrics["sentences"][name] = dict(bleu=len(pairs))
     hyps = greedy_translations(target, vocab, inputs, max_new, _BATCH.value)
     metrics["bleu"][name] = sacrebleu.corpus_bleu(hyps, [[r for _, r in pairs]]).score

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import sample, theory
+from specdec import data, sample, theory
 from specdec.distributions import SamplingConfig, probabilities
 
 
@@ -256,3 +256,22 @@ def decode_ops_per_token(cfg) -> int:
   per_layer = (4 * cfg.emb_dim * inner + 2 * cfg.emb_dim * inner
                + (len(cfg.mlp_activations) + 1) * cfg.emb_dim * cfg.mlp_dim)
   return int(cfg.num_decoder_layers * per_layer + cfg.emb_dim * cfg.vocab_size)
+
+
+# ------------------------------------------------------------------------------
+# Inputs for the translation pair's scripts.
+# ------------------------------------------------------------------------------
+def encode_sources(vocab, sentences, length: int) -> np.ndarray:
+  """int32[N, length]: the task prefix, the sentence, EOS, padding (one shape)."""
+  return np.stack([vocab.encode_padded(data.TRANSLATE_PREFIX + s, length)
+                   for s in sentences])
+
+
+def batched(inputs: np.ndarray, batch: int):
+  """(inputs [batch, L], real rows): the last batch is filled with copies of row 0."""
+  for start in range(0, len(inputs), batch):
+    chunk = inputs[start:start + batch]
+    size = len(chunk)
+    if size < batch:
+      chunk = np.concatenate([chunk, np.repeat(chunk[:1], batch - size, axis=0)])
+    yield jnp.asarray(chunk), size
