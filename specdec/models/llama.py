@@ -178,6 +178,12 @@ CONFIGS: dict[str, LlamaConfig] = {
                               num_heads=12, num_kv_heads=12),
     'gpt_like_6m': _gpt_like(hidden_size=256, intermediate_size=1024, num_layers=2,
                              num_heads=4, num_kv_heads=4),
+    # The draft shipped for SmolLM2-135M-Instruct (`pretrained.load_pair(
+    # 'smollm2_135m_instruct')`, trained by scripts/distill_lm.py): the paper's
+    # GPT-like draft width and depth on SmolLM2's vocabulary, RoPE base and tied
+    # embedding; 14,288,128 parameters, 28.6 MB in bfloat16.
+    'smollm2_draft': _smollm2(hidden_size=256, intermediate_size=768, num_layers=2,
+                              num_heads=4, num_kv_heads=4, rope_theta=100000.0),
 }
 
 
