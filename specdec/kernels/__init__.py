@@ -1,0 +1,193 @@
+"""A CPU kernel for the products verification makes: a few rows by large weights.
+
+Speculative decoding's premise (Leviathan, Kalman & Matias, ICML 2023, Section 3.4)
+is that the target scores gamma + 1 tokens in one call for about the cost of one: v =
+t_p(gamma + 1) / t_p(1) near 1. At batch 1 a decoder step is bound by reading its
+weights from memory, so that premise holds on a CPU too, provided each [k, in] x
+[in, out] product reads its weights once at full bandwidth. XLA:CPU's general matrix
+product does not: for 2 <= k <= 8 it streams weights at about half the rate of its
+one-row path, which made v(8) about 1.6 for SmolLM2-135M and 1.9-2.7 for T5-large
+shapes here. `skinny_matmul.cc` keeps the k rows' partial sums in vector registers,
+reads the weights once and in order from a tile-major copy (`pack`: a row-major
+matrix walked tile by tile is a strided read at half the rate), and splits the tiles
+over XLA's intra-op thread pool (an XLA FFI custom call).
+
+`packed_matmul(x, pack(w), n)` takes the kernel where `use_kernel` says it applies
+(float32, at most `MAX_ROWS` rows, a single CPU device, the library built) and XLA's
+product elsewhere, so that callers need no second code path. Models make the packed
+copy once (`specdec.models.llama.pack_params`). The library is compiled from the
+shipped source with the machine's C++ compiler on first use (a few seconds; cached
+under `$SPECDEC_CACHE_DIR`, by default `~/.cache/specdec`); without a compiler the
+products fall back to XLA with one warning. `SPECDEC_CPU_KERNELS=0` turns the kernel
+off for programs traced afterwards.
+
+Derivatives go through XLA's product (`jax.custom_jvp`), so training code that
+happens to take a small product is unaffected.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+SOURCE = pathlib.Path(__file__).resolve().parent / "skinny_matmul.cc"
+# Rows (tokens x batch) up to which the kernel is used: a verification chunk of
+# gamma + 1 <= 16 tokens at batch 1, or a few rows of a small batch. Beyond this the
+# product has enough rows for XLA's blocked matrix product to stream well.
+MAX_ROWS = 16
+ENV_SWITCH = "SPECDEC_CPU_KERNELS"
+_TARGET = "specdec_packed_matmul"
+# Columns per tile of the packed layout (`pack`); the kernel's own constant.
+TILE = 32
+_FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
+
+
+def cache_dir() -> pathlib.Path:
+  """Where the compiled library is kept: $SPECDEC_CACHE_DIR or ~/.cache/specdec."""
+  return pathlib.Path(os.environ.get("SPECDEC_CACHE_DIR")
+                      or pathlib.Path.home() / ".cache" / "specdec")
+
+
+def _compiler() -> str | None:
+  return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+
+
+def library_path() -> pathlib.Path:
+  """The cached library's path: keyed by the source, flags and jaxlib's FFI version."""
+  key = hashlib.sha256(SOURCE.read_bytes() + " ".join(_FLAGS).encode()
+                       + jax.__version__.encode() + sys.platform.encode())
+  return cache_dir() / f"skinny_matmul-{key.hexdigest()[:16]}.so"
+
+
+def build(path: pathlib.Path | None = None) -> pathlib.Path:
+  """Compiles `skinny_matmul.cc` into `path` (default `library_path()`); atomic, so
+  concurrent processes never load a half-written file.
+
+  Raises:
+    RuntimeError: no C++ compiler, or the compiler failed (its output attached).
+  """
+  path = pathlib.Path(path or library_path())
+  compiler = _compiler()
+  if compiler is None:
+    raise RuntimeError("no C++ compiler found (set CXX, or install g++)")
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+  os.close(fd)
+  try:
+    cmd = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+      raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-4000:]}")
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+  return path
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> bool:
+  """Builds (once per machine) and registers the FFI targets; False, with a warning,
+  where that is impossible."""
+  try:
+    path = library_path()
+    if not path.is_file():
+      build(path)
+    lib = ctypes.cdll.LoadLibrary(str(path))
+    jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(lib.SpecdecPackedMatmul),
+                                platform="cpu")
+    return True
+  except (OSError, RuntimeError, AttributeError) as e:
+    warnings.warn(f"specdec.kernels: the CPU kernels are unavailable ({e}); small "
+                  "matrix products use XLA's (slower verification on a CPU)",
+                  RuntimeWarning, stacklevel=3)
+    return False
+
+
+def enabled() -> bool:
+  """Whether the kernels are switched on and usable in this process: not turned off by
+  SPECDEC_CPU_KERNELS=0, the default backend a single CPU device (a sharded model
+  keeps XLA's partitionable products), and the library built and registered."""
+  if os.environ.get(ENV_SWITCH, "1") == "0":
+    return False
+  if jax.default_backend() != "cpu" or jax.device_count() != 1:
+    return False
+  return _load()
+
+
+def use_kernel(x: Array, packed: Array) -> bool:
+  """Whether `packed_matmul(x, packed, n)` takes the kernel: both float32, at most
+  `MAX_ROWS` rows, and `enabled()`. Decided from static shapes and dtypes, so it is
+  fixed per trace."""
+  rows = 1
+  for size in x.shape[:-1]:
+    rows *= size
+  return (x.dtype == jnp.float32 and packed.dtype == jnp.float32
+          and 1 <= rows <= MAX_ROWS and enabled())
+
+
+def pack(w: Array) -> Array:
+  """The tile-major copy the kernel reads: w [K, N] -> float32 [ceil(N / TILE), K,
+  TILE], tile j holding columns j TILE .. j TILE + TILE - 1 (zero past N), each tile
+  contiguous. Made once per model (`specdec.models.llama.pack_params`), not per call."""
+  k, n = w.shape
+  tiles = -(-n // TILE)
+  w = jnp.pad(jnp.asarray(w, jnp.float32), ((0, 0), (0, tiles * TILE - n)))
+  return w.reshape(k, tiles, TILE).transpose(1, 0, 2)
+
+
+def unpacked_columns(packed: Array) -> int:
+  """The most columns N a packed [tiles, K, TILE] array can hold (tiles * TILE)."""
+  return packed.shape[0] * TILE
+
+
+def _xla_packed(x: Array, packed: Array, n: int) -> Array:
+  y = jnp.einsum('...k,jkt->...jt', x, packed, preferred_element_type=jnp.float32)
+  return y.reshape(*x.shape[:-1], -1)[..., :n]
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _kernel(x: Array, packed: Array, n: int) -> Array:
+  x2 = x.reshape(-1, x.shape[-1])
+  y = jax.ffi.ffi_call(_TARGET, jax.ShapeDtypeStruct((x2.shape[0], n), jnp.float32),
+                       vmap_method="sequential")(x2, packed)
+  return y.reshape(*x.shape[:-1], n)
+
+
+@_kernel.defjvp
+def _kernel_jvp(n, primals, tangents):
+  x, packed = primals
+  dx, dpacked = tangents
+  return (_kernel(x, packed, n),
+          _xla_packed(dx, packed, n) + _xla_packed(x, dpacked, n))
+
+
+def packed_matmul(x: Array, packed: Array, n: int) -> Array:
+  """x [..., K] @ w [K, N] -> float32 [..., N], given packed = pack(w) and N.
+
+  The kernel where `use_kernel(x, packed)`; XLA's product over the packed layout
+  elsewhere (the same numbers up to float32 rounding of the sums' order).
+  """
+  if not isinstance(n, int) or not (packed.ndim == 3 and packed.shape[2] == TILE
+                                    and unpacked_columns(packed) - TILE < n
+                                    <= unpacked_columns(packed)):
+    raise ValueError(f'n={n!r} does not fit a packed array of shape {packed.shape}')
+  if x.shape[-1] != packed.shape[1]:
+    raise ValueError(f'x has {x.shape[-1]} features, the packed weights '
+                     f'{packed.shape[1]}')
+  if use_kernel(x, packed):
+    return _kernel(x, packed, n)
+  return _xla_packed(x, packed, n)

@@ -1,0 +1,137 @@
+// Products of a few rows by a large weight matrix that read each weight once.
+//
+// Speculative decoding verifies gamma + 1 tokens in one target call (Leviathan et al.,
+// ICML 2023, Algorithm 1): at batch 1 every weight matrix then meets a [k, in]
+// activation with k <= 9. On a CPU such a product is bound by reading the weights, so
+// it should cost what one token's matrix-vector product costs. XLA:CPU's general
+// product does not: for 2 <= k <= 8 it streams the weights at about half the rate of
+// its one-row path. This kernel keeps the k rows' partial sums of a 32-column tile in
+// vector registers and reads the weights once, in order, from a tile-major copy
+// (`specdec.kernels.pack`: w [K, N] -> p [N / 32, K, 32], each tile contiguous, which
+// the hardware prefetchers stream at full rate; a row-major [K, N] walked by tiles is
+// a strided read at half the rate), with the tiles split over XLA's intra-op threads.
+//
+//   specdec_packed_matmul: y[M, N] = x[M, K] @ w[K, N], given p = pack(w) and N.
+//
+// float32 in and out, float32 accumulation in order over K, rows of x in blocks of 8.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+
+constexpr int64_t kTile = 32;      // columns per tile: 2 vectors of 16
+constexpr int64_t kRowBlock = 8;   // rows of x per pass: 16 accumulators
+
+// Tile j of p (K x 32, contiguous) against MB rows of x; writes the tile's columns
+// below N.
+template <int MB>
+inline void Tile(const float* __restrict x, const float* __restrict tile,
+                 float* __restrict y, int64_t K, int64_t N, int64_t n0) {
+  v16 acc[MB][2];
+  for (int m = 0; m < MB; ++m) acc[m][0] = acc[m][1] = v16{};
+  const float* wp = tile;
+  for (int64_t i = 0; i < K; ++i, wp += kTile) {
+    const v16 w0 = *reinterpret_cast<const v16u*>(wp);
+    const v16 w1 = *reinterpret_cast<const v16u*>(wp + 16);
+    for (int m = 0; m < MB; ++m) {
+      const float xs = x[m * K + i];
+      acc[m][0] += xs * w0;
+      acc[m][1] += xs * w1;
+    }
+  }
+  if (n0 + kTile <= N) {
+    for (int m = 0; m < MB; ++m) {
+      *reinterpret_cast<v16u*>(y + m * N + n0) = acc[m][0];
+      *reinterpret_cast<v16u*>(y + m * N + n0 + 16) = acc[m][1];
+    }
+  } else {  // the last, partial tile (its padding columns are not written)
+    for (int m = 0; m < MB; ++m)
+      for (int64_t c = 0; c < N - n0; ++c) y[m * N + n0 + c] = acc[m][c / 16][c % 16];
+  }
+}
+
+void Tiles(const float* x, const float* p, float* y, int64_t mb, int64_t K, int64_t N,
+           int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* tile = p + t * K * kTile;
+    switch (mb) {
+      case 1: Tile<1>(x, tile, y, K, N, t * kTile); break;
+      case 2: Tile<2>(x, tile, y, K, N, t * kTile); break;
+      case 3: Tile<3>(x, tile, y, K, N, t * kTile); break;
+      case 4: Tile<4>(x, tile, y, K, N, t * kTile); break;
+      case 5: Tile<5>(x, tile, y, K, N, t * kTile); break;
+      case 6: Tile<6>(x, tile, y, K, N, t * kTile); break;
+      case 7: Tile<7>(x, tile, y, K, N, t * kTile); break;
+      default: Tile<8>(x, tile, y, K, N, t * kTile); break;
+    }
+  }
+}
+
+// Tiles in chunks taken from one counter by the caller and by tasks on XLA's pool. A
+// task that starts late (or never, on a busy pool) finds the counter exhausted, so
+// the caller waits only for chunks already taken, which are being computed: no
+// deadlock however busy the pool is.
+ffi::Error PackedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                        ffi::Buffer<ffi::F32> p, ffi::ResultBuffer<ffi::F32> y) {
+  const auto xd = x.dimensions();
+  const auto pd = p.dimensions();
+  const auto yd = y->dimensions();
+  if (xd.size() != 2 || pd.size() != 3 || yd.size() != 2 || pd[2] != kTile ||
+      pd[1] != xd[1] || yd[0] != xd[0] || yd[1] > pd[0] * kTile ||
+      yd[1] <= (pd[0] - 1) * kTile) {
+    return ffi::Error::InvalidArgument(
+        "specdec_packed_matmul: expected x [M, K], p [ceil(N / 32), K, 32], y [M, N]");
+  }
+  const int64_t M = xd[0], K = xd[1], N = yd[1], tiles = pd[0];
+  const float* xp = x.typed_data();
+  const float* pp = p.typed_data();
+  float* yp = y->typed_data();
+  // About 256 KiB of weights per chunk: enough to amortize a task, enough chunks to
+  // balance the threads.
+  const int64_t per_chunk = std::max<int64_t>(1, (256 << 10) / (K * kTile * 4));
+  const int64_t chunks = (tiles + per_chunk - 1) / per_chunk;
+  const int64_t helpers =
+      std::max<int64_t>(0, std::min<int64_t>(pool.num_threads(), chunks) - 1);
+  struct Counters {
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> done{0};
+  };
+  auto counters = std::make_shared<Counters>();
+  auto work = [=]() {
+    int64_t c;
+    while ((c = counters->next.fetch_add(1)) < chunks) {
+      const int64_t t0 = c * per_chunk, t1 = std::min(tiles, t0 + per_chunk);
+      for (int64_t m0 = 0; m0 < M; m0 += kRowBlock) {
+        Tiles(xp + m0 * K, pp, yp + m0 * N, std::min(kRowBlock, M - m0), K, N, t0, t1);
+      }
+      counters->done.fetch_add(1);
+    }
+  };
+  for (int64_t h = 0; h < helpers; ++h) {
+    auto task = work;
+    pool.Schedule(std::move(task));
+  }
+  work();
+  while (counters->done.load() < chunks) std::this_thread::yield();
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmul, PackedMatmul,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());

@@ -1,0 +1,116 @@
+"""Tests of specdec.kernels: the packed small-row product against numpy and XLA."""
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+from specdec import kernels
+
+
+def _numpy_product(x, w):
+  return (np.asarray(x, np.float64) @ np.asarray(w, np.float64)).astype(np.float32)
+
+
+def test_the_kernel_is_built_and_enabled_on_this_cpu():
+  assert kernels.enabled(), 'the CPU kernel should build here (g++ is on the machine)'
+  assert kernels.library_path().is_file()
+
+
+def test_pack_is_tile_major_and_zero_padded():
+  w = np.arange(5 * 70, dtype=np.float32).reshape(5, 70)
+  packed = np.asarray(kernels.pack(w))
+  assert packed.shape == (3, 5, kernels.TILE)
+  np.testing.assert_array_equal(packed[1, :, :], w[:, 32:64])
+  np.testing.assert_array_equal(packed[2, :, :6], w[:, 64:])
+  np.testing.assert_array_equal(packed[2, :, 6:], 0)
+
+
+@pytest.mark.parametrize('rows', [1, 2, 3, 5, 8, 9, 13, 16])
+@pytest.mark.parametrize('k,n', [(576, 1536), (64, 33), (17, 32), (1536, 576),
+                                 (576, 49152)])
+def test_packed_matmul_equals_the_float64_product(rows, k, n):
+  rng = np.random.default_rng(rows * 1000 + n)
+  x = rng.standard_normal((rows, k), np.float32)
+  w = rng.standard_normal((k, n), np.float32)
+  assert kernels.use_kernel(jnp.asarray(x), kernels.pack(w))
+  y = np.asarray(jax.jit(kernels.packed_matmul, static_argnums=2)(
+      x, kernels.pack(w), n))
+  expected = _numpy_product(x, w)
+  # float32 sums of k terms of size ~1: errors ~ sqrt(k) * 2^-24 * |terms|.
+  np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5 * np.sqrt(k))
+
+
+def test_leading_axes_and_the_xla_path_agree_with_the_kernel(monkeypatch):
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((2, 3, 96), np.float32)
+  w = rng.standard_normal((96, 200), np.float32)
+  packed = kernels.pack(w)
+  with_kernel = np.asarray(jax.jit(kernels.packed_matmul, static_argnums=2)(
+      x, packed, 200))
+  monkeypatch.setenv(kernels.ENV_SWITCH, '0')
+  assert not kernels.use_kernel(jnp.asarray(x), packed)
+  without = np.asarray(jax.jit(kernels.packed_matmul, static_argnums=2)(
+      x, packed, 200))
+  assert with_kernel.shape == without.shape == (2, 3, 200)
+  np.testing.assert_allclose(with_kernel, without, rtol=0, atol=1e-4)
+  np.testing.assert_allclose(with_kernel, _numpy_product(x.reshape(6, 96), w).reshape(
+      2, 3, 200), rtol=0, atol=1e-4)
+
+
+def test_more_rows_than_max_rows_use_xla():
+  x = jnp.ones((kernels.MAX_ROWS + 1, 8), jnp.float32)
+  assert not kernels.use_kernel(x, kernels.pack(jnp.ones((8, 8), jnp.float32)))
+  assert not kernels.use_kernel(x[:2].astype(jnp.bfloat16),
+                                kernels.pack(jnp.ones((8, 8), jnp.float32)))
+
+
+def test_the_kernel_is_in_the_compiled_program():
+  x = jnp.ones((4, 64), jnp.float32)
+  packed = kernels.pack(jnp.ones((64, 64), jnp.float32))
+  hlo = jax.jit(kernels.packed_matmul, static_argnums=2).lower(x, packed, 64).as_text()
+  assert 'specdec_packed_matmul' in hlo
+
+
+def test_derivatives_go_through_xla_and_match_the_dense_product():
+  rng = np.random.default_rng(1)
+  x = jnp.asarray(rng.standard_normal((3, 40), np.float32))
+  w = jnp.asarray(rng.standard_normal((40, 50), np.float32))
+
+  def loss_packed(x, w):
+    return jnp.sum(jnp.sin(kernels.packed_matmul(x, kernels.pack(w), 50)))
+
+  def loss_dense(x, w):
+    return jnp.sum(jnp.sin(x @ w))
+
+  got = jax.grad(loss_packed, argnums=(0, 1))(x, w)
+  want = jax.grad(loss_dense, argnums=(0, 1))(x, w)
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_vmap_over_the_kernel():
+  rng = np.random.default_rng(2)
+  x = rng.standard_normal((3, 2, 40), np.float32)
+  w = rng.standard_normal((40, 70), np.float32)
+  y = jax.vmap(lambda r: kernels.packed_matmul(r, kernels.pack(w), 70))(x)
+  np.testing.assert_allclose(y, np.einsum('bmk,kn->bmn', x, w), rtol=1e-5, atol=1e-4)
+
+
+def test_bad_arguments_name_what_is_wrong():
+  packed = kernels.pack(jnp.ones((8, 40), jnp.float32))
+  with pytest.raises(ValueError, match='n=100'):
+    kernels.packed_matmul(jnp.ones((1, 8)), packed, 100)
+  with pytest.raises(ValueError, match='n=8'):
+    kernels.packed_matmul(jnp.ones((1, 8)), packed, 8)
+  with pytest.raises(ValueError, match='features'):
+    kernels.packed_matmul(jnp.ones((1, 9)), packed, 40)
+
+
+def test_a_failed_build_raises_with_the_compiler_output(tmp_path, monkeypatch):
+  monkeypatch.setattr(kernels, 'SOURCE', tmp_path / 'broken.cc')
+  (tmp_path / 'broken.cc').write_text('this is not C++')
+  with pytest.raises(RuntimeError, match='broken.cc'):
+    kernels.build(tmp_path / 'out.so')
+  assert not (tmp_path / 'out.so').exists()
