@@ -372,3 +372,66 @@ def test_sharded_speculative_decoding_equals_single_device():
   assert report["key_spec"] == [None, "model"]
   assert report["embedding_spec"] == ["model", None]
   assert not set(report["collectives"]) & set(report["param_shapes"]), report
+
+
+# ------------------------------------------------------------ packed weights (CPU)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_packed_weights_give_the_unpacked_logits_for_every_chunk_length(tied):
+  """The tile-major copy (`pack_params`, read by `specdec.kernels`) changes only the
+  order of float32 sums: chunks of 1..9 tokens over ragged rows, the prompt's
+  prefill and the full forward pass agree with the unpacked model within 1e-5."""
+  from specdec import kernels
+  model = tiny_model(3, vocab_size=300, hidden_size=64, intermediate_size=96,
+                     tie_word_embeddings=tied)
+  packed = model.with_packed_weights()
+  assert kernels.enabled() and packed.packed is not None
+  x = ragged_inputs(2, 7, model.vocab_size, [7, 3], seed=4)
+  state, packed_state = model.init(x, 12), packed.init(x, 12)
+  for layer, packed_layer in zip(state.caches, packed_state.caches):
+    np.testing.assert_allclose(packed_layer[0], layer[0], atol=1e-5, rtol=0)
+  for k in range(1, 10):
+    tokens = ragged_inputs(2, k, model.vocab_size, [k, k], seed=10 + k)
+    want, _ = model.extend(state, tokens)
+    got, _ = packed.extend(packed_state, tokens)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+  full = ragged_inputs(3, 5, model.vocab_size, [5] * 3, seed=30)
+  np.testing.assert_allclose(packed.forward(full), model.forward(full), atol=1e-5,
+                             rtol=0)
+
+
+def test_packed_extend_calls_the_kernel_and_unpacked_does_not():
+  model = tiny_model(0)
+  packed = model.with_packed_weights()
+  state = model.init(ragged_inputs(1, 4, 64, [4]), 8)
+  tokens = jnp.ones((1, 5), jnp.int32)
+
+  def hlo(m):
+    return jax.jit(lambda s, t: m.extend(s, t)[0]).lower(state, tokens).as_text()
+
+  assert "specdec_packed_matmul" in hlo(packed)
+  assert "specdec_packed_matmul" not in hlo(model)
+
+
+def test_with_packed_weights_leaves_bfloat16_and_switched_off_models_alone(monkeypatch):
+  from specdec import kernels
+  bf16 = tiny_model(0, dtype=jnp.bfloat16)
+  assert bf16.with_packed_weights().packed is None
+  monkeypatch.setenv(kernels.ENV_SWITCH, "0")
+  assert tiny_model(0).with_packed_weights().packed is None
+
+
+def test_greedy_speculative_with_packed_models_equals_the_targets_greedy_decode():
+  target = tiny_model(0, num_layers=2)
+  draft = tiny_model(1, hidden_size=16, num_heads=2, num_kv_heads=1,
+                     intermediate_size=32, num_layers=1, tie_word_embeddings=True)
+  x = ragged_inputs(1, 6, target.vocab_size, [6], seed=8)
+  base = specdec.autoregressive_sample(target, x, jax.random.key(2), max_new_tokens=24,
+                                       sampling=GREEDY, eos_id=3)
+  spec = specdec.speculative_sample(target.with_packed_weights(),
+                                    draft.with_packed_weights(), x, jax.random.key(1),
+                                    gamma=4, max_new_tokens=24, sampling=GREEDY,
+                                    eos_id=3)
+  np.testing.assert_array_equal(spec.tokens, base.tokens)
+  assert int(spec.stats.accepted.sum()) < int(spec.stats.drafted.sum())

@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec import kernels
 from specdec.models import base
 
 Array = jax.Array
@@ -242,6 +243,20 @@ def dense(x: Array, kernel: Array, dtype: Any) -> Array:
                              (((x.ndim - 1,), (0,)), ((), ())))
 
 
+def packed_product(x: Array, packed: Array | None, n: int, dtype: Any) -> Array | None:
+  """x [..., in] @ W [in, n] from W's tile-major copy `packed` (`pack_params`), where
+  `specdec.kernels` takes it (float32, a chunk of a few tokens on one CPU): one read
+  of the weights whatever the chunk's length, so that verifying gamma + 1 tokens
+  costs about one step. None where it does not apply (the caller's XLA product
+  then runs on the unpacked kernel)."""
+  if packed is None:
+    return None
+  x = jnp.asarray(x, dtype)
+  if not kernels.use_kernel(x, packed):
+    return None
+  return kernels.packed_matmul(x, packed, n)
+
+
 def attention_logits(query: Array, keys: Array) -> Array:
   """float32 [B, KV, G, q, t] = query [B, q, KV, G, hd] . keys [B, t, KV, hd], scaled
   by hd ** -0.5 (after the product, as transformers does)."""
@@ -318,6 +333,16 @@ def _kernel_init(scale: float = 1.0) -> Initializer:
   return nn.initializers.variance_scaling(scale, 'fan_in', 'normal')
 
 
+# The variable collection of the weights' tile-major copies (`pack_params`).
+PACKED = 'packed'
+
+
+def _packed(module: nn.Module, name: str) -> Array | None:
+  if module.has_variable(PACKED, name):
+    return module.get_variable(PACKED, name)
+  return None
+
+
 class Dense(nn.Module):
   """A bias-free linear map with a 2-D `kernel` [in, out] (T5X's layout).
 
@@ -337,6 +362,9 @@ class Dense(nn.Module):
   def __call__(self, x: Array) -> Array:
     kernel = param_with_axes('kernel', _kernel_init(), (x.shape[-1], self.features),
                              jnp.float32, axes=self.kernel_axes)
+    y = packed_product(x, _packed(self, 'kernel'), self.features, self.dtype)
+    if y is not None:
+      return y
     if self.float32_output:
       return output_logits(x, kernel, self.dtype)
     return dense(x, kernel, self.dtype)
@@ -526,6 +554,10 @@ class Embed(nn.Module):
 
   def attend(self, y: Array) -> Array:
     """y [..., d] -> float32 logits [..., V] through the transposed table."""
+    logits = packed_product(y, _packed(self, 'embedding'), self.num_embeddings,
+                            self.dtype)
+    if logits is not None:
+      return logits
     return output_logits_tied(y, self.embedding, self.dtype)
 
 
@@ -627,17 +659,55 @@ def state_logical_axes(state: LlamaState) -> LlamaState:
 
 # The network's two entry points, compiled once per config and shape when called
 # eagerly; inside a caller's jit (the samplers) they are simply inlined.
+def _variables(params: Any, packed: Any) -> dict[str, Any]:
+  if packed is None:
+    return {'params': params}
+  return {'params': params, PACKED: packed}
+
+
 @functools.partial(jax.jit, static_argnums=0)
-def _forward(cfg: LlamaConfig, params: Any, tokens: Array) -> Array:
-  return Transformer(cfg).apply({'params': params}, tokens)
+def _forward(cfg: LlamaConfig, params: Any, tokens: Array, packed: Any = None
+             ) -> Array:
+  return Transformer(cfg).apply(_variables(params, packed), tokens)
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=('logits',))
 def _extend(cfg: LlamaConfig, params: Any, tokens: Array, lengths: Array,
-            caches: tuple[tuple[Array, Array], ...], logits: bool = True
+            caches: tuple[tuple[Array, Array], ...], logits: bool = True,
+            packed: Any = None
             ) -> tuple[Array | None, tuple[tuple[Array, Array], ...]]:
-  return Transformer(cfg).apply({'params': params}, tokens, lengths, caches,
+  return Transformer(cfg).apply(_variables(params, packed), tokens, lengths, caches,
                                 logits=logits, method=Transformer.extend)
+
+
+@jax.jit
+def _pack_tree(matrices: dict[str, Any]) -> dict[str, Any]:
+  return jax.tree.map(kernels.pack, matrices)
+
+
+def pack_params(cfg: LlamaConfig, params: Any) -> dict[str, Any]:
+  """The `packed` variable collection: a tile-major float32 copy
+  (`specdec.kernels.pack`) of every weight matrix a token meets, under the same module
+  paths: each layer's query, key, value, out, wi_0, wi_1 and wo kernels, and the
+  output layer (`logits_dense/kernel`, or the tied `token_embedder/embedding`
+  transposed to [d, V]).
+
+  With it, `Transformer.apply({'params': ..., 'packed': ...})` reads those weights once
+  per call for a chunk of up to `specdec.kernels.MAX_ROWS` tokens on a CPU, so that
+  scoring gamma + 1 tokens costs about what one token does. The numbers are those of
+  the unpacked product up to float32 rounding. It holds a second float32 copy of the
+  weights (about the model's size again).
+  """
+  _check_config(cfg)
+  flat = traverse_util.flatten_dict(params, sep='/')
+  matrices = {}
+  for name, value in flat.items():
+    if name.endswith('/kernel'):
+      matrices[name] = value
+  if cfg.tie_word_embeddings:
+    matrices['token_embedder/embedding'] = jnp.asarray(
+        flat['token_embedder/embedding']).T
+  return traverse_util.unflatten_dict(_pack_tree(matrices), sep='/')
 
 
 def _is_concrete(x: Any) -> bool:
@@ -670,11 +740,14 @@ class Llama:
     config: a `LlamaConfig` (static).
     params: the parameter tree (module docstring), leaves float32 or bfloat16.
     pad_id: (static) the right-padding id of ragged prompts, or None for none.
+    packed: None, or `pack_params(config, params)`: the weights' tile-major copy that
+      lets a CPU verify a chunk for about the cost of one token (`with_packed_weights`).
   """
 
   config: LlamaConfig = flax.struct.field(pytree_node=False)
   params: Any
   pad_id: int | None = flax.struct.field(pytree_node=False, default=None)
+  packed: Any = None
 
   def __post_init__(self):
     _check_config(self.config)
@@ -692,6 +765,21 @@ class Llama:
   def module(self) -> Transformer:
     return Transformer(self.config)
 
+  def with_packed_weights(self) -> 'Llama':
+    """This model with `packed` set where `specdec.kernels.enabled()` (a single CPU
+    device with the kernel built), unchanged elsewhere. The weights' copy is made
+    once, here: verification of gamma + 1 tokens then reads every weight once
+    (v(8) ~ 1.2 instead of ~1.6 for SmolLM2-135M, `scripts/bench_llama.py`).
+
+    The parameters must be float32 (bfloat16 models keep XLA's products).
+    """
+    self._check_params()
+    if self.packed is not None or not kernels.enabled():
+      return self
+    if jnp.dtype(self.config.dtype) != jnp.float32:
+      return self
+    return self.replace(packed=pack_params(self.config, self.params))
+
   def _check_params(self) -> None:
     if not isinstance(self.params, Mapping) or 'token_embedder' not in self.params:
       found = (sorted(self.params) if isinstance(self.params, Mapping)
@@ -704,7 +792,7 @@ class Llama:
     [B, L, V]; logits[:, j] predicts token j + 1."""
     base.check_tokens('tokens', tokens, self.vocab_size)
     self._check_params()
-    return _forward(self.config, self.params, jnp.asarray(tokens))
+    return _forward(self.config, self.params, jnp.asarray(tokens), self.packed)
 
   def prompt_lengths(self, inputs: Array) -> Array:
     """int32[B]: len_b, the tokens of each row's prompt (see the class docstring)."""
@@ -755,7 +843,8 @@ class Llama:
       # row's length, so they are stale: masked, then overwritten by `extend`.
       self._check_params()
       _, caches = _extend(self.config, self.params, jnp.asarray(inputs)[:, :-1],
-                          jnp.zeros((batch,), jnp.int32), caches, logits=False)
+                          jnp.zeros((batch,), jnp.int32), caches, logits=False,
+                          packed=self.packed)
     return LlamaState(caches=caches, lengths=prompt_lengths - 1)
 
   def extend(self, state: LlamaState, tokens: Array) -> tuple[Array, LlamaState]:
@@ -768,7 +857,7 @@ class Llama:
     base.check_chunk(tokens, *state.caches[0][0].shape[:2])
     self._check_params()
     logits, caches = _extend(self.config, self.params, jnp.asarray(tokens),
-                             state.lengths, state.caches)
+                             state.lengths, state.caches, packed=self.packed)
     return logits, LlamaState(caches=caches, lengths=state.lengths + tokens.shape[1])
 
   def rewind(self, state: LlamaState, lengths: Array) -> LlamaState:
