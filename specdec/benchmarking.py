@@ -275,3 +275,97 @@ def batched(inputs: np.ndarray, batch: int):
     if size < batch:
       chunk = np.concatenate([chunk, np.repeat(chunk[:1], batch - size, axis=0)])
     yield jnp.asarray(chunk), size
+
+
+# ------------------------------------------------------------------------------
+# Decoder-only prompts, and the verification cost at every chunk length.
+# ------------------------------------------------------------------------------
+def right_pad(prompts: Any, pad_id: int | None, length: int | None = None) -> np.ndarray:
+  """int32[N, S]: token-id prompts right-padded with `pad_id` to `length` (None: the
+  longest), `llama.Llama`'s convention for ragged prompts.
+
+  Raises ValueError when a prompt ends with `pad_id` (it would be read as padding),
+  when prompts differ in length and `pad_id` is None, or when one exceeds `length`.
+  """
+  prompts = [np.asarray(p, np.int64).reshape(-1) for p in prompts]
+  if not prompts or any(p.size == 0 for p in prompts):
+    raise ValueError("prompts: need at least one prompt, each of at least one token")
+  longest = max(p.size for p in prompts)
+  length = longest if length is None else length
+  if longest > length:
+    raise ValueError(f"prompts: a prompt of {longest} tokens exceeds length {length}")
+  if pad_id is None and any(p.size != length for p in prompts):
+    raise ValueError("prompts: of different lengths, but there is no pad_id")
+  out = np.full((len(prompts), length), 0 if pad_id is None else pad_id, np.int32)
+  for i, p in enumerate(prompts):
+    if pad_id is not None and p[-1] == pad_id:
+      raise ValueError(f"prompts: prompt {i} ends with pad_id={pad_id}, which would be "
+                       "read as padding")
+    out[i, :p.size] = p
+  return out
+
+
+def verify_costs(target, draft, inputs: jax.Array, chunks: Any, max_length: int,
+                 repeats: int = 3, steps: int = 16, rounds: int = 3) -> dict[str, Any]:
+  """`step_costs` for several verification chunk lengths at once.
+
+  t_p(k) for every k in `chunks` (and k = 1), and t_q, each one `extend` on a cache
+  primed by `init`, timed inside a compiled loop (`extend_seconds`); the minimum over
+  `rounds` x `repeats`, all of them measured in turn in each round.
+
+  Returns:
+    {"t_p1": s, "t_q": s, "t_p": {k: s}, "c": t_q / t_p1, "v": {k: t_p(k) / t_p1}}
+    with integer keys k (v[1] = 1); a sweep at gamma reads v[gamma + 1].
+  """
+  ks = sorted({1, *(int(k) for k in chunks)})
+  if ks[0] < 1:
+    raise ValueError(f"chunks must be positive ints, got {chunks!r}")
+  start = target.start_tokens(inputs)[:, None]
+  target_state = target.init(inputs, max_length)
+  draft_state = draft.init(inputs, max_length)
+  calls = {k: (target, target_state, jnp.tile(start, (1, k))) for k in ks}
+  calls["q"] = (draft, draft_state, start)
+  best = {name: float("inf") for name in calls}
+  for _ in range(rounds):
+    for name, (model, state, tokens) in calls.items():
+      best[name] = min(best[name], extend_seconds(model, state, tokens, repeats, steps,
+                                                  reduce=np.min))
+  t_p = {k: best[k] for k in ks}
+  return dict(t_p1=t_p[1], t_q=best["q"], t_p=t_p, c=best["q"] / t_p[1],
+              v={k: t / t_p[1] for k, t in t_p.items()})
+
+
+@jax.jit
+def _teacher_forced_logits(model, inputs, start, tokens):
+  chunk = jnp.concatenate([start[:, None], tokens[:, :-1]], axis=1)
+  logits, _ = model.extend(model.init(inputs, tokens.shape[1]), chunk)
+  return logits.astype(jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnames=("sampling",))
+def _betas_of_logits(p_logits, q_logits, sampling):
+  return jnp.sum(jnp.minimum(probabilities(p_logits, sampling),
+                             probabilities(q_logits, sampling)), axis=-1)
+
+
+def teacher_forced_alpha(target, drafts: dict[str, Any], inputs: jax.Array,
+                         tokens: jax.Array, lengths: jax.Array,
+                         sampling: SamplingConfig) -> dict[str, list[np.ndarray]]:
+  """`teacher_forced_betas` for several drafts along the same target outputs, the
+  target's pass shared: each model's logits come from one `extend` over the outputs
+  (compiled once per model and shape, whatever `sampling`), then beta = sum_x min(p(x),
+  q(x)) with `sampling`'s adjustments on both. Every model is fed the target's start
+  tokens, as in `teacher_forced_betas`.
+
+  Returns:
+    {draft name: one float array per row, of its length}.
+  """
+  start = target.start_tokens(inputs)
+  p_logits = _teacher_forced_logits(target, inputs, start, tokens)
+  lengths = np.asarray(lengths)
+  out = {}
+  for name, draft in drafts.items():
+    q_logits = _teacher_forced_logits(draft, inputs, start, tokens)
+    betas = np.asarray(_betas_of_logits(p_logits, q_logits, sampling=sampling))
+    out[name] = [betas[b, :lengths[b]] for b in range(betas.shape[0])]
+  return out
