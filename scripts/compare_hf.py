@@ -1,6 +1,7 @@
 """specdec against a peer implementation: Hugging Face transformers' assisted generation.
 
     python scripts/compare_hf.py [--hf_gamma=3] [--hf_sentences=16] [--hf_repeats=3]
+    python scripts/compare_hf.py --hf_pair=smollm2_135m_instruct [--hf_sentences=8]
 
 Speculative decoding (Leviathan, Kalman & Matias, "Fast Inference from Transformers
 via Speculative Decoding", ICML 2023) is implemented by `specdec` (JAX, Algorithm 1
@@ -31,6 +32,19 @@ the specdec / transformers ratios: baseline ms/token, speculative / assisted
 ms/token, and speed-up over speed-up. torch runs under `torch.inference_mode()` with
 `torch.set_num_threads(os.cpu_count())`, the cores XLA's CPU backend uses. Writes
 `compare_hf.json` and `compare_hf.md` under --hf_out_dir and prints the table.
+
+`--hf_pair=smollm2_135m_instruct` runs the same comparison on the decoder-only pair
+(`specdec.pretrained.load_pair`: SmolLM2-135M-Instruct and its distilled Llama draft)
+on the pair's held-out chat prompts (`pretrained.lm_eval_prompts`, the chat template
+applied with the assistant's generation prompt): transformers' `LlamaForCausalLM`
+loads the target from the same GGUF file (`pretrained.lm_path`, dequantized by
+transformers itself) and the draft from its shipped transformers directory
+(`pretrained.lm_draft_path`, checked to hold specdec's draft weights), both float32.
+Both implementations stop on the tokenizer's EOS, generate at most --hf_max_new_tokens
+with no minimum length (`eos_token_id`, `min_length=0`, `min_new_tokens=None` passed
+to `generate`), and continue the same prompt ids: transformers gets them unpadded,
+specdec right-padded with the pad id to a multiple of --hf_lm_pad_multiple (its
+prefill then covers those few padding positions too).
 """
 
 from __future__ import annotations
@@ -53,14 +67,25 @@ from specdec import benchmarking, checkpoints, data, pretrained
 from specdec.distributions import SamplingConfig
 from specdec.sample import autoregressive_sample, speculative_sample
 
-_PAIR = flags.DEFINE_string("hf_pair", "multi30k_ende", "A shipped pair.")
-_SENTENCES = flags.DEFINE_integer("hf_sentences", 16, "Multi30k test_2016 prompts.")
+# The decoder-only pair: its target is transformers-loaded from the same GGUF file.
+LM_PAIR = "smollm2_135m_instruct"
+DEFAULT_PROMPTS = {"multi30k_ende": 16, LM_PAIR: 8}
+
+_PAIR = flags.DEFINE_string("hf_pair", "multi30k_ende",
+                            f"A shipped pair: multi30k_ende or {LM_PAIR}.")
+_SENTENCES = flags.DEFINE_integer("hf_sentences", None,
+                                  "Prompts: Multi30k test_2016 sentences (default 16), "
+                                  f"or {LM_PAIR}'s held-out chat prompts (default 8).")
 _GAMMA = flags.DEFINE_integer("hf_gamma", 3, "Draft tokens per iteration (both).")
 _MAX_NEW = flags.DEFINE_integer("hf_max_new_tokens", 48, "Tokens generated at most.")
 _INPUT_LEN = flags.DEFINE_integer("hf_input_length", 48, "Encoder length (specdec pads).")
 _REPEATS = flags.DEFINE_integer("hf_repeats", 3, "Timed runs per prompt (median).")
 _OUT = flags.DEFINE_string("hf_out_dir", "out/compare_hf", "Where the outputs go.")
 _PROGRESS = flags.DEFINE_bool("hf_progress", True, "Show a progress bar.")
+_PAD_MULTIPLE = flags.DEFINE_integer(
+    "hf_lm_pad_multiple", 32, f"{LM_PAIR}: specdec's prompts are right-padded with the "
+    "pad id to a multiple of this (few compiled shapes); transformers gets them "
+    "unpadded.")
 
 GREEDY = SamplingConfig(temperature=0.0)
 HF_BASELINE = "hf_baseline"
@@ -126,13 +151,69 @@ def export_pair(target, draft, directory: str | os.PathLike) -> tuple[Any, Any]:
   return out[0], out[1]
 
 
+def load_hf_llama(directory: str | os.PathLike, model=None) -> Any:
+  """`LlamaForCausalLM` from a transformers directory (config.json, model.safetensors),
+  float32, eval mode; with `model` (a specdec `llama.Llama`), checked to hold exactly
+  its weights."""
+  hf = transformers.LlamaForCausalLM.from_pretrained(os.fspath(directory),
+                                                     dtype=torch.float32).eval()
+  if model is not None:
+    state = hf.state_dict()
+    for name, array in checkpoints.llama_params_to_hf(model.params, model.config).items():
+      if name not in state or not np.array_equal(state[name].numpy(),
+                                                 np.asarray(array, np.float32)):
+        raise ValueError(f"{directory}: transformers loaded {name!r} differently from "
+                         "the specdec model's weights")
+  return hf
+
+
+def load_hf_gguf(path: str | os.PathLike) -> Any:
+  """`LlamaForCausalLM` from a GGUF file, dequantized to float32 by transformers itself
+  (the file `specdec.pretrained.load_lm` reads; logits agree within 1e-4,
+  tests/test_pretrained_lm.py), eval mode."""
+  import pathlib  # pylint: disable=g-import-not-at-top
+  path = pathlib.Path(path)
+  verbosity = transformers.logging.get_verbosity()
+  transformers.logging.set_verbosity_error()
+  transformers.logging.disable_progress_bar()
+  try:
+    hf = transformers.LlamaForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32)
+  finally:
+    transformers.logging.set_verbosity(verbosity)
+    transformers.logging.enable_progress_bar()
+  return hf.eval()
+
+
+def load_hf_lm_pair(pair: str, draft) -> tuple[Any, Any]:
+  """(hf_target, hf_draft) of a decoder-only shipped pair: the target from the GGUF
+  file of `pretrained.lm_path`, the draft from its shipped transformers directory
+  (`pretrained.lm_draft_path`), checked against specdec's `draft`."""
+  lm = pretrained.pair_info(pair).get("target", {}).get("lm", pair)
+  return (load_hf_gguf(pretrained.lm_path(lm)),
+          load_hf_llama(pretrained.lm_draft_path(pair), draft))
+
+
+def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int
+                ) -> list[np.ndarray]:
+  """Each prompt [1, S] right-padded with `pad_id` to a multiple of `multiple`: a few
+  shapes for specdec to compile, a little padding for its prefill."""
+  out = []
+  for p in prompts:
+    length = -(-len(p) // multiple) * multiple
+    out.append(benchmarking.right_pad([p], pad_id, length))
+  return out
+
+
 # ------------------------------------------------------------------------------
 # Decoding.
 # ------------------------------------------------------------------------------
-def hf_tokens(sequences: torch.Tensor, eos_id: int = data.EOS_ID) -> list[int]:
-  """Generated ids of a [1, 1 + n] `generate` output: the decoder start token dropped,
-  cut after the first EOS (anything later is padding)."""
-  ids = sequences[0, 1:].tolist()
+def hf_tokens(sequences: torch.Tensor, eos_id: int = data.EOS_ID, start: int = 1
+              ) -> list[int]:
+  """Generated ids of a [1, start + n] `generate` output: the first `start` ids dropped
+  (an encoder-decoder's decoder start token; a decoder-only model's prompt), cut after
+  the first EOS (anything later is padding)."""
+  ids = sequences[0, start:].tolist()
   return ids[:ids.index(eos_id) + 1] if eos_id in ids else ids
 
 
@@ -140,10 +221,11 @@ def specdec_tokens(out) -> list[int]:
   return np.asarray(out.tokens[0, :int(out.lengths[0])]).tolist()
 
 
-def _unpadded(x: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-  """The prompt's ids without specdec's trailing padding, and an all-ones mask."""
+def _unpadded(x: np.ndarray, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+  """The prompt's ids without specdec's trailing run of `pad_id`, and an all-ones
+  mask."""
   ids = np.asarray(x).reshape(-1)
-  ids = ids[:int(np.max(np.nonzero(ids)[0], initial=-1)) + 1]
+  ids = ids[:int(np.max(np.nonzero(ids != pad_id)[0], initial=-1)) + 1]
   tensor = torch.from_numpy(ids.astype(np.int64))[None]
   return tensor, torch.ones_like(tensor)
 
@@ -173,9 +255,12 @@ def _effective_assistant_settings(generation_config) -> dict[str, Any]:
   return out
 
 
-def _hf_systems(hf_target, hf_draft, max_new_tokens: int, gamma: int):
-  """{name: (decode(ids, mask) -> sequences, settings)} of the transformers systems."""
-  common = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
+def _hf_systems(hf_target, hf_draft, max_new_tokens: int, gamma: int,
+                generate_kwargs: dict[str, Any] | None = None):
+  """{name: (decode(ids, mask) -> sequences, settings)} of the transformers systems;
+  `generate_kwargs` go to every `generate` call."""
+  common = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                **(generate_kwargs or {}))
 
   def baseline(ids, mask):
     with torch.inference_mode():
@@ -205,18 +290,19 @@ def _hf_systems(hf_target, hf_draft, max_new_tokens: int, gamma: int):
   return systems
 
 
-def _specdec_systems(target, draft, max_new_tokens: int, gamma: int):
+def _specdec_systems(target, draft, max_new_tokens: int, gamma: int,
+                     eos_id: int = data.EOS_ID):
   key = jax.random.key(0)
-  common = dict(max_new_tokens=max_new_tokens, temperature=0.0, eos_id=data.EOS_ID)
+  common = dict(max_new_tokens=max_new_tokens, temperature=0.0, eos_id=eos_id)
 
   def baseline(x):
     return autoregressive_sample(target, x, key, max_new_tokens=max_new_tokens,
-                                 sampling=GREEDY, eos_id=data.EOS_ID)
+                                 sampling=GREEDY, eos_id=eos_id)
 
   def speculative(x):
     return speculative_sample(target, draft, x, key, gamma=gamma,
                               max_new_tokens=max_new_tokens, sampling=GREEDY,
-                              eos_id=data.EOS_ID)
+                              eos_id=eos_id)
 
   return {SPECDEC_BASELINE: (baseline, dict(common)),
           SPECDEC_SPECULATIVE: (speculative, dict(common, gamma=gamma))}
@@ -244,18 +330,28 @@ def environment(threads: int) -> dict[str, Any]:
 
 def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
                    gamma: int, max_new_tokens: int, repeats: int,
-                   threads: int | None = None, progress: bool = False) -> dict[str, Any]:
+                   threads: int | None = None, progress: bool = False,
+                   eos_id: int = data.EOS_ID, pad_id: int = 0) -> dict[str, Any]:
   """Decodes every prompt with every system and measures them (see the module doc).
 
+  Two model families: an encoder-decoder pair (specdec `T5`s; transformers'
+  `T5ForConditionalGeneration`, `export_pair`), whose prompts are encoder ids and
+  whose decodes start from the decoder start token; or a decoder-only pair (specdec
+  `llama.Llama`s; transformers' `LlamaForCausalLM`, `load_hf_lm_pair`), whose prompts
+  are the whole context (chat template applied) and whose decodes continue them. The
+  family is read from `hf_target.config.is_encoder_decoder`.
+
   Args:
-    target, draft: specdec `T5`s; hf_target, hf_draft: the same weights in
-      transformers (`export_pair`).
-    prompts: encoder ids, each [S] or [1, S], padded with 0 at the end (specdec gets
-      them as they are, transformers without the padding).
+    target, draft: specdec models; hf_target, hf_draft: the same weights in
+      transformers.
+    prompts: ids, each [S] or [1, S], right-padded with `pad_id` (specdec gets them
+      as they are, transformers without the trailing padding).
     gamma: draft tokens per iteration of specdec and of hf_assisted(_heuristic).
     max_new_tokens: generated tokens at most, EOS included.
     repeats: timed runs per prompt and system (median), after one untimed run.
     threads: `torch.set_num_threads`; None: os.cpu_count().
+    eos_id: the token that ends a decode, in both implementations (T5: 1).
+    pad_id: the prompts' right padding (T5: 0; a `llama.Llama`: its pad_id).
 
   Returns:
     {"settings", "systems": {name: measurements}, "ratios": [specdec / transformers
@@ -263,8 +359,14 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
   """
   threads = threads or os.cpu_count() or 1
   torch.set_num_threads(threads)
-  hf = _hf_systems(hf_target, hf_draft, max_new_tokens, gamma)
-  sd = _specdec_systems(target, draft, max_new_tokens, gamma)
+  decoder_only = not getattr(hf_target.config, "is_encoder_decoder", False)
+  # Decoder-only: stop on the same EOS as specdec, no minimum length, so that both
+  # implementations' token streams are comparable (T5's generation config already has
+  # EOS 1 and no minimum).
+  generate_kwargs = (dict(eos_token_id=eos_id, pad_token_id=eos_id, min_length=0,
+                          min_new_tokens=None) if decoder_only else {})
+  hf = _hf_systems(hf_target, hf_draft, max_new_tokens, gamma, generate_kwargs)
+  sd = _specdec_systems(target, draft, max_new_tokens, gamma, eos_id)
   names = list(hf) + list(sd)
   results = {n: dict(prompt_seconds=[], prompt_tokens=[], target_calls=0,
                      draft_calls=0) for n in names}
@@ -276,10 +378,11 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
   # Prompt by prompt, every system in turn: drifts of the machine hit all alike.
   for x in prompts:
     x = np.asarray(x, np.int32).reshape(1, -1)
-    ids, mask = _unpadded(x)
+    ids, mask = _unpadded(x, pad_id)
+    start = ids.shape[1] if decoder_only else 1
     for name, (decode, _) in hf.items():
       with _count_forwards(hf_target, hf_draft) as calls:
-        tokens = hf_tokens(decode(ids, mask))
+        tokens = hf_tokens(decode(ids, mask), eos_id, start)
       seconds = benchmarking.median_seconds(lambda: decode(ids, mask), repeats, warmup=0)
       r = results[name]
       r["target_calls"] += calls[0]
@@ -335,12 +438,20 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
   settings = dict(environment(threads), gamma=gamma, max_new_tokens=max_new_tokens,
                   repeats=repeats, warmup_runs=1, prompts=len(prompts), batch=1,
                   input_length=int(np.asarray(prompts[0]).size) if prompts else 0,
-                  decoding="greedy", eos_id=data.EOS_ID,
-                  decoder_start_token_id=int(hf_target.generation_config
-                                             .decoder_start_token_id),
+                  decoding="greedy", eos_id=eos_id,
                   hf_attn_implementation=getattr(hf_target.config, "_attn_implementation",
                                                  None),
                   reference=REFERENCE)
+  if decoder_only:
+    settings.update(family="decoder-only", pad_id=pad_id,
+                    input_lengths=[int(np.asarray(p).size) for p in prompts],
+                    prompt_tokens=[int(_unpadded(p, pad_id)[0].shape[1])
+                                   for p in prompts],
+                    hf_generate_kwargs=generate_kwargs)
+  else:
+    settings.update(family="encoder-decoder",
+                    decoder_start_token_id=int(hf_target.generation_config
+                                               .decoder_start_token_id))
   agreement = dict(reference=REFERENCE, prompts=len(prompts),
                    identical={n: results[n]["identical_to_reference"] for n in names},
                    all_agree=not disagreements, disagreements=disagreements)
@@ -383,8 +494,14 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(f"| {SPECDEC_SPECULATIVE} vs {q['hf_system']} | "
                  f"{q['baseline_ms_per_token']:.3f} | {q['speculative_ms_per_token']:.3f} "
                  f"| {q['speedup']:.3f} |")
-  lines += ["", f"Greedy, batch 1, float32, {s['prompts']} prompts (encoder length "
-            f"{s['input_length']}), max_new_tokens {s['max_new_tokens']}, median of "
+  if s.get("family") == "decoder-only":
+    shape = (f"chat prompts of {min(s['prompt_tokens'])}-{max(s['prompt_tokens'])} "
+             f"tokens, right-padded for specdec to {sorted(set(s['input_lengths']))}, "
+             f"EOS {s['eos_id']}")
+  else:
+    shape = f"encoder length {s['input_length']}"
+  lines += ["", f"Greedy, batch 1, float32, {s['prompts']} prompts ({shape}), "
+            f"max_new_tokens {s['max_new_tokens']}, median of "
             f"{s['repeats']} timed runs per prompt after {s['warmup_runs']} untimed; "
             f"transformers {s['transformers']} (attention {s['hf_attn_implementation']}), "
             f"torch {s['torch']} ({s['torch_threads']} threads, inference_mode), jax "
@@ -395,32 +512,60 @@ def markdown(result: dict[str, Any]) -> str:
   return "\n".join(lines)
 
 
-def main(argv):
-  del argv
-  logging.set_verbosity(logging.WARNING)
-  with jax.default_device(jax.local_devices(backend="cpu")[0]):
-    target, draft, vocab = pretrained.load_pair(_PAIR.value)
-    sentences = pretrained.test_sentences(_PAIR.value)[:_SENTENCES.value]
-    prompts = [vocab.encode_padded(data.TRANSLATE_PREFIX + en, _INPUT_LEN.value)
-               for en, _ in sentences]
-    with tempfile.TemporaryDirectory() as tmp:
-      hf_target, hf_draft = export_pair(target, draft, tmp)
-      result = run_comparison(target, draft, hf_target, hf_draft, prompts,
-                              _GAMMA.value, _MAX_NEW.value, _REPEATS.value,
-                              progress=_PROGRESS.value)
-  result["settings"]["pair"] = _PAIR.value
-  result["examples"] = [dict(source=en, reference=de, output=vocab.decode(ids))
-                        for (en, de), ids in zip(sentences[:3],
-                                                 result["reference_tokens"])]
+def _write(result: dict[str, Any], pair: str) -> None:
   table = markdown(result)
   os.makedirs(_OUT.value, exist_ok=True)
   with open(os.path.join(_OUT.value, "compare_hf.json"), "w") as f:
     json.dump(result, f, indent=2)
   with open(os.path.join(_OUT.value, "compare_hf.md"), "w") as f:
-    f.write(f"# specdec vs transformers {transformers.__version__}: {_PAIR.value}\n\n"
+    f.write(f"# specdec vs transformers {transformers.__version__}: {pair}\n\n"
             + table + "\n")
-  print(f"\nspecdec vs transformers assisted generation, {_PAIR.value}\n")
+  print(f"\nspecdec vs transformers assisted generation, {pair}\n")
   print(table)
+
+
+def main_lm(pair: str, num: int) -> dict[str, Any]:
+  """The decoder-only pair on its held-out chat prompts (module doc)."""
+  target, draft, tok = pretrained.load_pair(pair)
+  messages = list(pretrained.lm_eval_prompts(pair))[:num]
+  ids = [tok.apply_chat_template([{"role": "user", "content": m}],
+                                 add_generation_prompt=True) for m in messages]
+  prompts = pad_prompts(ids, target.pad_id, _PAD_MULTIPLE.value)
+  hf_target, hf_draft = load_hf_lm_pair(pair, draft)
+  result = run_comparison(target, draft, hf_target, hf_draft, prompts, _GAMMA.value,
+                          _MAX_NEW.value, _REPEATS.value, progress=_PROGRESS.value,
+                          eos_id=tok.eos_id, pad_id=target.pad_id)
+  result["settings"].update(pad_multiple=_PAD_MULTIPLE.value,
+                            hf_target_source=str(pretrained.lm_path(pair)),
+                            hf_draft_source=str(pretrained.lm_draft_path(pair)))
+  result["examples"] = [dict(prompt=m, output=tok.decode(t, skip_special_tokens=True))
+                        for m, t in zip(messages[:3], result["reference_tokens"])]
+  return result
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  pair = _PAIR.value
+  num = _SENTENCES.value if _SENTENCES.value is not None else DEFAULT_PROMPTS.get(pair, 16)
+  with jax.default_device(jax.local_devices(backend="cpu")[0]):
+    if pair == LM_PAIR:
+      result = main_lm(pair, num)
+    else:
+      target, draft, vocab = pretrained.load_pair(pair)
+      sentences = pretrained.test_sentences(pair)[:num]
+      prompts = [vocab.encode_padded(data.TRANSLATE_PREFIX + en, _INPUT_LEN.value)
+                 for en, _ in sentences]
+      with tempfile.TemporaryDirectory() as tmp:
+        hf_target, hf_draft = export_pair(target, draft, tmp)
+        result = run_comparison(target, draft, hf_target, hf_draft, prompts,
+                                _GAMMA.value, _MAX_NEW.value, _REPEATS.value,
+                                progress=_PROGRESS.value)
+      result["examples"] = [dict(source=en, reference=de, output=vocab.decode(ids))
+                            for (en, de), ids in zip(sentences[:3],
+                                                     result["reference_tokens"])]
+  result["settings"]["pair"] = pair
+  _write(result, pair)
 
 
 if __name__ == "__main__":

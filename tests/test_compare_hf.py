@@ -111,3 +111,120 @@ def test_hf_tokens_drops_the_start_token_and_padding():
   assert compare_hf.hf_tokens(torch.tensor([[0, 5, 6]])) == [5, 6]
   ids, mask = compare_hf._unpadded(np.array([[4, 5, 1, 0, 0]]))
   assert ids.tolist() == [[4, 5, 1]] and mask.tolist() == [[1, 1, 1]]
+
+
+# ------------------------------------------------------------------------------
+# The decoder-only pair (--hf_pair=smollm2_135m_instruct), on tiny random Llamas.
+# ------------------------------------------------------------------------------
+LM_VOCAB, LM_PAD, LM_PAD_MULTIPLE = 96, 2, 8
+
+
+def _lm_prompts():
+  rng = np.random.default_rng(4)
+  return [rng.integers(4, LM_VOCAB, n).tolist() + [3] for n in (5, 11)]
+
+
+@pytest.fixture(scope="module")
+def lm_pair(tmp_path_factory):
+  """Tiny random specdec Llamas, their transformers copies, the prompts, and an EOS id
+  that the greedy decode of prompt 0 first reaches at its third token or later (so
+  stopping is exercised) with the length it stops at."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from specdec import checkpoints  # pylint: disable=g-import-not-at-top
+  from specdec.models import llama  # pylint: disable=g-import-not-at-top
+  models = []
+  for seed, layers in ((1, 2), (2, 1)):
+    cfg = llama.tiny_config(vocab_size=LM_VOCAB, num_layers=layers)
+    model = llama.Llama(cfg, jax.device_put(llama.random_params(cfg, seed=seed)),
+                        pad_id=LM_PAD)
+    path = tmp_path_factory.mktemp(f"llama{seed}")
+    checkpoints.save_hf_llama(path, cfg, model.params)
+    models.append((model, compare_hf.load_hf_llama(path, model)))
+  (target, hf_target), (draft, hf_draft) = models
+  prompts = compare_hf.pad_prompts(_lm_prompts(), LM_PAD, LM_PAD_MULTIPLE)
+  free = compare_hf.specdec_tokens(compare_hf.autoregressive_sample(
+      target, jax.numpy.asarray(prompts[0]), jax.random.key(0), max_new_tokens=MAX_NEW,
+      sampling=compare_hf.GREEDY, eos_id=None))
+  stop = next(j for j in range(2, len(free)) if free[j] not in free[:j])
+  return target, draft, hf_target, hf_draft, prompts, (free[stop], stop + 1)
+
+
+@pytest.fixture(scope="module")
+def lm_result(lm_pair):
+  target, draft, hf_target, hf_draft, prompts, (eos, _) = lm_pair
+  return compare_hf.run_comparison(target, draft, hf_target, hf_draft, prompts,
+                                   gamma=GAMMA, max_new_tokens=MAX_NEW, repeats=1,
+                                   threads=1, eos_id=eos, pad_id=LM_PAD)
+
+
+def test_lm_prompts_are_padded_for_specdec_only(lm_pair):
+  prompts = lm_pair[4]
+  assert [p.shape for p in prompts] == [(1, 8), (1, 16)]
+  for p, ids in zip(prompts, _lm_prompts()):
+    unpadded, mask = compare_hf._unpadded(p, LM_PAD)
+    assert unpadded[0].tolist() == ids and mask.sum() == len(ids)
+    assert (p[0, len(ids):] == LM_PAD).all()
+
+
+def test_lm_pair_every_system_gives_the_specdec_baseline_tokens(lm_pair, lm_result):
+  eos, stop = lm_pair[5]
+  agreement = lm_result["agreement"]
+  assert agreement["all_agree"], agreement["disagreements"]
+  assert agreement["identical"] == {n: 2 for n in compare_hf.system_names(GAMMA)}
+  systems = lm_result["systems"]
+  for name, r in systems.items():
+    for field in SYSTEM_FIELDS:
+      assert field in r, (name, field)
+    # Both implementations stop on the EOS of prompt 0 (not at max_new_tokens), and
+    # transformers' outputs exclude the prompt.
+    assert r["prompt_tokens"][0] == stop < MAX_NEW, name
+    assert r["speedup"] > 0
+  assert lm_result["reference_tokens"][0][-1] == eos
+  assert systems["specdec_speculative"]["draft_calls"] == (
+      GAMMA * systems["specdec_speculative"]["target_calls"])
+  assert systems["hf_baseline"]["target_calls"] == systems["hf_baseline"]["tokens"]
+  s = lm_result["settings"]
+  assert s["family"] == "decoder-only" and s["eos_id"] == eos
+  assert s["prompt_tokens"] == [6, 12] and s["input_lengths"] == [8, 16]
+  assert s["hf_generate_kwargs"] == dict(eos_token_id=eos, pad_token_id=eos,
+                                         min_length=0, min_new_tokens=None)
+  assert "decoder_start_token_id" not in s
+  assert "chat prompts of 6-12 tokens" in compare_hf.markdown(lm_result)
+
+
+def test_lm_hf_tokens_drop_the_prompt():
+  torch = pytest.importorskip("torch")
+  assert compare_hf.hf_tokens(torch.tensor([[9, 8, 3, 5, 7, 4, 4]]), eos_id=7,
+                              start=3) == [5, 7]
+
+
+def test_load_hf_llama_refuses_other_weights(lm_pair, tmp_path):
+  import jax  # pylint: disable=g-import-not-at-top
+  from specdec import checkpoints  # pylint: disable=g-import-not-at-top
+  draft = lm_pair[1]
+  checkpoints.save_hf_llama(tmp_path, draft.config, draft.params)
+  other = draft.replace(params=jax.tree.map(lambda x: x + 1e-3, draft.params))
+  with pytest.raises(ValueError, match="differently from the specdec model's weights"):
+    compare_hf.load_hf_llama(tmp_path, other)
+
+
+@pytest.mark.slow
+def test_the_shipped_lm_pair_loads_in_transformers_with_the_same_weights():
+  """The real pair (skips without its draft): transformers' draft holds specdec's
+  weights, and one greedy decode of a held-out prompt agrees on both sides."""
+  from specdec import pretrained  # pylint: disable=g-import-not-at-top
+  pytest.importorskip("gguf")
+  try:
+    pretrained.lm_draft_path(compare_hf.LM_PAIR)
+    pretrained.lm_path(compare_hf.LM_PAIR, verify=False)
+  except (AttributeError, FileNotFoundError, ValueError, KeyError) as e:
+    pytest.skip(f"the shipped pair {compare_hf.LM_PAIR} is not here: {e}")
+  target, draft, tok = pretrained.load_pair(compare_hf.LM_PAIR)
+  hf_target, hf_draft = compare_hf.load_hf_lm_pair(compare_hf.LM_PAIR, draft)
+  ids = tok.apply_chat_template(
+      [{"role": "user", "content": pretrained.lm_eval_prompts(compare_hf.LM_PAIR)[0]}])
+  prompts = compare_hf.pad_prompts([ids], target.pad_id, 32)
+  result = compare_hf.run_comparison(target, draft, hf_target, hf_draft, prompts,
+                                     gamma=3, max_new_tokens=8, repeats=1,
+                                     eos_id=tok.eos_id, pad_id=target.pad_id)
+  assert result["agreement"]["all_agree"], result["agreement"]["disagreements"]
