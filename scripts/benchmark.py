@@ -101,6 +101,13 @@ _PROGRESS = flags.DEFINE_bool("progress", True, "Progress bars.")
 _PLOTS = flags.DEFINE_bool("plots", True, "Write the PNG plots.")
 _SHAPES = flags.DEFINE_bool("shapes_only", False,
                             "Time random-weight T5 shapes instead (see shapes_only).")
+_PACKED = flags.DEFINE_bool(
+    "packed_weights", True, "Pack float32 decoder weights for specdec.kernels on a CPU "
+    "(T5.with_packed_weights): verification reads each weight once.")
+
+
+def _maybe_packed(model, packed: bool):
+  return model.with_packed_weights() if packed else model
 
 
 # ------------------------------------------------------------------------------
@@ -429,19 +436,22 @@ def _agreeing(model):
   params = jax.tree_util.tree_map(lambda x: x, model.params)
   params["decoder"]["decoder_norm"]["scale"] = jnp.zeros_like(
       params["decoder"]["decoder_norm"]["scale"])
-  return t5.T5(model.config, params)
+  # The packed copy holds no norm scale: the zeroed one takes effect there too.
+  return model.replace(params=params)
 
 
 def shapes_only(target_name: str, draft_name: str, gammas: Sequence[int],
                 max_new_tokens: int, repeats: int, seed: int,
-                input_length: int = 32) -> dict[str, Any]:
+                input_length: int = 32, packed: bool = True) -> dict[str, Any]:
   """With static shapes an iteration costs the same whatever is accepted, so timing
   random-weight shapes gives speed-up(alpha) = E[tokens](alpha, gamma) x
   t_baseline_token / t_iteration for any alpha (Section 3; Table 2's alphas)."""
   from specdec.sample import speculative_sample  # pylint: disable=g-import-not-at-top
   tcfg, dcfg = _config(target_name), _config(draft_name)
-  target = t5.T5(tcfg, jax.device_put(t5.random_params(tcfg, seed=seed + 1)))
-  draft = t5.T5(dcfg, jax.device_put(t5.random_params(dcfg, seed=seed + 2)))
+  target = _maybe_packed(
+      t5.T5(tcfg, jax.device_put(t5.random_params(tcfg, seed=seed + 1))), packed)
+  draft = _maybe_packed(
+      t5.T5(dcfg, jax.device_put(t5.random_params(dcfg, seed=seed + 2))), packed)
   x = jnp.asarray(np.random.default_rng(seed).integers(
       2, 32000, size=(1, input_length)), jnp.int32)
   greedy = SamplingConfig(temperature=0.0)
@@ -480,6 +490,7 @@ def shapes_only(target_name: str, draft_name: str, gammas: Sequence[int],
                      table2=paper))
   device = jax.devices()[0]
   return dict(target=target_name, draft=draft_name, dtype=str(np.dtype(tcfg.dtype)),
+              packed_weights=target.packed is not None,
               device=device.device_kind, platform=device.platform,
               jax_version=jax.__version__, max_new_tokens=max_new_tokens, rows=rows)
 
@@ -559,7 +570,8 @@ def main(argv):
   if _SHAPES.value:
     result = shapes_only(_TARGET_CFG.value or "t5_1_1_base", _DRAFT_CFG.value or "t5_1_1_small",
                          [int(g) for g in _GAMMAS.value] if _GAMMAS.present else [3, 5, 7],
-                         _MAX_NEW.value or 32, _REPEATS.value, _SEED.value)
+                         _MAX_NEW.value or 32, _REPEATS.value, _SEED.value,
+                         packed=_PACKED.value)
     os.makedirs(_OUT.value, exist_ok=True)
     with open(os.path.join(_OUT.value, "shapes.json"), "w") as f:
       json.dump(result, f, indent=2)
@@ -586,6 +598,7 @@ def main(argv):
     target, draft, tcfg, dcfg, names = load_models(
         _TARGET_CFG.value, _DRAFT_CFG.value, _TARGET_CKPT.value, _DRAFT_CKPT.value,
         _RANDOM.value, _PAIR.value)
+  target, draft = _maybe_packed(target, _PACKED.value), _maybe_packed(draft, _PACKED.value)
   input_length = _INPUT_LEN.value or input_length
   max_new = _MAX_NEW.value or max_new
   for name, values in (("gammas", gammas), ("examples", [_EXAMPLES.value]),

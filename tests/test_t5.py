@@ -463,3 +463,51 @@ def test_bad_config_field_is_named(field, value, error):
   cfg = dataclasses.replace(t5.tiny_config(), **{field: value})
   with pytest.raises(error, match=field):
     t5.check_config(cfg)
+
+
+# ------------------------------------------------------------ packed weights (CPU)
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_packed_decoder_weights_give_the_unpacked_logits_for_every_chunk_length(
+    version):
+  """The decoder weights' tile-major copy (`t5.pack_params`, read by
+  `specdec.kernels`) changes only the order of float32 sums: chunks of 1..8 tokens
+  over a batch of 2 agree with the unpacked model within 1e-5, v1.0 (tied output
+  layer) and v1.1 (`logits_dense`) alike."""
+  from specdec import kernels
+  cfg = t5.tiny_config(version, vocab_size=300)
+  model = t5.T5(cfg, t5.random_params(cfg, 0))
+  packed = model.with_packed_weights()
+  assert kernels.enabled() and packed.packed is not None
+  assert packed.per_position_logits == 0
+  x = jnp.asarray(np.random.default_rng(0).integers(1, 300, (2, 9)), jnp.int32)
+  state, packed_state = model.init(x, 12), packed.init(x, 12)
+  for k in range(1, 9):
+    tokens = jnp.asarray(np.random.default_rng(k).integers(1, 300, (2, k)), jnp.int32)
+    want, _ = model.extend(state, tokens)
+    got, _ = packed.extend(packed_state, tokens)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+  hlo = jax.jit(lambda s, t: packed.extend(s, t)[0]).lower(
+      packed_state, jnp.ones((2, 4), jnp.int32)).as_text()
+  assert "specdec_packed_matmul" in hlo
+
+
+def test_greedy_speculative_with_packed_t5_equals_the_targets_greedy_decode():
+  tcfg = t5.tiny_config("1.1", vocab_size=300)
+  dcfg = t5.tiny_config("1.1", vocab_size=300, emb_dim=16, num_decoder_layers=1)
+  target = t5.T5(tcfg, t5.random_params(tcfg, 0))
+  draft = t5.T5(dcfg, t5.random_params(dcfg, 1))
+  x = jnp.asarray(np.random.default_rng(3).integers(2, 300, (1, 8)), jnp.int32)
+  base = specdec.autoregressive_sample(target, x, jax.random.key(0), max_new_tokens=20,
+                                       sampling=GREEDY, eos_id=None)
+  spec = specdec.speculative_sample(target.with_packed_weights(),
+                                    draft.with_packed_weights(), x, jax.random.key(1),
+                                    gamma=4, max_new_tokens=20, sampling=GREEDY,
+                                    eos_id=None)
+  np.testing.assert_array_equal(spec.tokens, base.tokens)
+
+
+def test_bfloat16_t5_is_left_unpacked():
+  cfg = t5.tiny_config("1.1", dtype=jnp.bfloat16)
+  assert t5.T5(cfg, t5.random_params(cfg, 0)).with_packed_weights().packed is None

@@ -31,15 +31,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
+import re
 from typing import Any, Callable, Mapping, Sequence
 
 import flax.struct
 from flax import linen as nn
+from flax import traverse_util
 from flax.linen import partitioning as nn_partitioning
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec import kernels
 from specdec.models import base
 
 Array = jax.Array
@@ -267,6 +270,16 @@ def make_decoder_mask(decoder_target_tokens: Array,
 # ------------------------------------------------------------------------------
 # Layers.
 # ------------------------------------------------------------------------------
+# The variable collection of the decoder weights' tile-major copies (`pack_params`).
+PACKED = 'packed'
+
+
+def _packed(module: nn.Module, name: str) -> Array | None:
+  if module.has_variable(PACKED, name):
+    return module.get_variable(PACKED, name)
+  return None
+
+
 class DenseGeneral(nn.Module):
   """A bias-free linear map over `axis`, with T5X's 2-D `kernel` [prod(in), prod(out)].
 
@@ -294,6 +307,13 @@ class DenseGeneral(nn.Module):
     kernel = param_with_axes('kernel', self.kernel_init,
                              (int(np.prod(in_shape)), int(np.prod(features))),
                              jnp.float32, axes=self.kernel_axes)
+    lead = inputs.ndim - len(axis)
+    packed = _packed(self, 'kernel')
+    if packed is not None and axis == tuple(range(lead, inputs.ndim)):
+      flat = inputs.reshape(inputs.shape[:lead] + (-1,))
+      if kernels.use_kernel(flat, packed):
+        y = kernels.packed_matmul(flat, packed, int(np.prod(features)))
+        return y.reshape(inputs.shape[:lead] + features).astype(self.dtype)
     kernel = jnp.reshape(jnp.asarray(kernel, self.dtype), in_shape + features)
     return jax.lax.dot_general(inputs, kernel,
                                ((axis, tuple(range(len(axis)))), ((), ())))
@@ -350,6 +370,10 @@ class Embed(nn.Module):
 
   def attend(self, query: Array) -> Array:
     """query: [..., features] -> [..., num_embeddings], in `attend_dtype`."""
+    packed = _packed(self, 'embedding')
+    query = jnp.asarray(query, self.attend_dtype)
+    if packed is not None and kernels.use_kernel(query, packed):
+      return kernels.packed_matmul(query, packed, self.num_embeddings)
     return jnp.dot(jnp.asarray(query, self.attend_dtype),
                    jnp.asarray(self.embedding, self.attend_dtype).T)
 
@@ -974,6 +998,37 @@ def param_count(cfg: T5Config) -> int:
 # ------------------------------------------------------------------------------
 # The DecodeModel.
 # ------------------------------------------------------------------------------
+@jax.jit
+def _pack_tree(matrices: dict[str, Any]) -> dict[str, Any]:
+  return jax.tree.map(kernels.pack, matrices)
+
+
+def pack_params(cfg: T5Config, params: Any) -> dict[str, Any]:
+  """The `packed` variable collection: a tile-major float32 copy
+  (`specdec.kernels.pack`) of every weight matrix a decoder step reads, under the same
+  module paths: each decoder layer's self-attention and encoder-decoder query and out
+  kernels, self-attention key and value, MLP kernels, and the output layer
+  (`decoder/logits_dense/kernel`, or v1.0's tied `token_embedder/embedding` as
+  [E, V]). Encoder weights and the encoder-decoder key / value projections (run once
+  per input, over all its positions) are not packed.
+
+  With it, `Transformer.apply({'params': ..., 'packed': ...})` reads those weights once
+  per decoder call of up to `specdec.kernels.MAX_ROWS` tokens on a CPU. The numbers
+  are those of the unpacked products up to float32 rounding of the sums' order.
+  """
+  check_config(cfg)
+  flat = traverse_util.flatten_dict(params, sep='/')
+  matrices = {}
+  for name, value in flat.items():
+    if (name.startswith('decoder/') and name.endswith('/kernel')
+        and not re.search(r'encoder_decoder_attention/(key|value)/', name)):
+      matrices[name] = value
+  if cfg.logits_via_embedding:
+    matrices['token_embedder/embedding'] = jnp.asarray(
+        flat['token_embedder/embedding']).T
+  return traverse_util.unflatten_dict(_pack_tree(matrices), sep='/')
+
+
 @flax.struct.dataclass
 class T5State:
   """Decode state of `T5`.
@@ -1023,13 +1078,17 @@ class T5:
       on every call), 3.5-6 matrix-vector products, while k separate ones cost k, so
       chunks of up to 6 are verified up to twice as fast this way
       (`scripts/bench_verify.py`); on accelerators one product is better (0, the
-      default).
+      default). Packed weights make it unnecessary (`with_packed_weights` sets 0).
+    packed: None, or `pack_params(config, params)`: the decoder weights' tile-major
+      copy that lets a CPU verify a chunk for about the cost of one token
+      (`with_packed_weights`).
   """
 
   config: T5Config = flax.struct.field(pytree_node=False)
   params: Any
   max_decode_length: int | None = flax.struct.field(pytree_node=False, default=None)
   per_position_logits: int = flax.struct.field(pytree_node=False, default=0)
+  packed: Any = None
 
   def __post_init__(self):
     check_config(self.config)
@@ -1057,7 +1116,22 @@ class T5:
                else type(self.params).__name__)
       raise ValueError('params must be the parameter tree (keys token_embedder, '
                        f'encoder, decoder), not a variables dict; got {found}')
-    return self.module.apply({'params': self.params}, *args, method=method, **kwargs)
+    variables = {'params': self.params}
+    if self.packed is not None:
+      variables[PACKED] = self.packed
+    return self.module.apply(variables, *args, method=method, **kwargs)
+
+  def with_packed_weights(self) -> 'T5':
+    """This model with `packed` set (and `per_position_logits` 0) where
+    `specdec.kernels.enabled()` (a single CPU device with the kernel built) and the
+    model is float32; unchanged elsewhere. The copy is made once, here: a decoder
+    chunk of up to `specdec.kernels.MAX_ROWS` tokens then reads every decoder weight
+    once (`scripts/bench_verify.py`)."""
+    if (self.packed is not None or not kernels.enabled()
+        or jnp.dtype(self.config.dtype) != jnp.float32):
+      return self
+    return self.replace(packed=pack_params(self.config, self.params),
+                        per_position_logits=0)
 
   def encode(self, inputs: Array) -> Array:
     """inputs: int[B, S] -> encoded [B, S, E], without dropout.
