@@ -181,10 +181,11 @@ CONFIGS: dict[str, LlamaConfig] = {
                              num_heads=4, num_kv_heads=4),
     # The draft shipped for SmolLM2-135M-Instruct (`pretrained.load_pair(
     # 'smollm2_135m_instruct')`, trained by scripts/distill_lm.py): the paper's
-    # GPT-like draft width and depth on SmolLM2's vocabulary, RoPE base and tied
-    # embedding; 14,288,128 parameters, 28.6 MB in bfloat16.
-    'smollm2_draft': _smollm2(hidden_size=256, intermediate_size=768, num_layers=2,
-                              num_heads=4, num_kv_heads=4, rope_theta=100000.0),
+    # GPT-like draft depth, narrower (d 128: its float32 embedding fits a 32 MiB L3
+    # cache, so one step costs half of d 192's or d 256's here), SmolLM2's vocabulary,
+    # RoPE base and tied embedding; 6,816,384 parameters, 13.6 MB in bfloat16.
+    'smollm2_draft': _smollm2(hidden_size=128, intermediate_size=512, num_layers=2,
+                              num_heads=2, num_kv_heads=2, rope_theta=100000.0),
 }
 
 
@@ -685,12 +686,25 @@ def _pack_tree(matrices: dict[str, Any]) -> dict[str, Any]:
   return jax.tree.map(kernels.pack, matrices)
 
 
+def decode_matrices(cfg: LlamaConfig, params: Any) -> dict[str, tuple[Array, bool]]:
+  """{path: (matrix, transposed)}: every weight matrix a decode step reads once per
+  token: each layer's query, key, value, out, wi_0, wi_1 and wo kernels ([in, out],
+  transposed False) and the output layer (`logits_dense/kernel`, or the tied
+  `token_embedder/embedding` [V, d], transposed True). What `pack_params` packs and
+  `specdec.benchmarking.weight_stream_seconds` streams."""
+  _check_config(cfg)
+  flat = traverse_util.flatten_dict(params, sep='/')
+  matrices = {name: (value, False) for name, value in flat.items()
+              if name.endswith('/kernel')}
+  if cfg.tie_word_embeddings:
+    matrices['token_embedder/embedding'] = (flat['token_embedder/embedding'], True)
+  return matrices
+
+
 def pack_params(cfg: LlamaConfig, params: Any) -> dict[str, Any]:
   """The `packed` variable collection: a tile-major float32 copy
-  (`specdec.kernels.pack`) of every weight matrix a token meets, under the same module
-  paths: each layer's query, key, value, out, wi_0, wi_1 and wo kernels, and the
-  output layer (`logits_dense/kernel`, or the tied `token_embedder/embedding`
-  transposed to [d, V]).
+  (`specdec.kernels.pack`) of every matrix of `decode_matrices` under the same module
+  paths (the tied embedding as [d, V]).
 
   With it, `Transformer.apply({'params': ..., 'packed': ...})` reads those weights once
   per call for a chunk of up to `specdec.kernels.MAX_ROWS` tokens on a CPU, so that
@@ -698,15 +712,8 @@ def pack_params(cfg: LlamaConfig, params: Any) -> dict[str, Any]:
   the unpacked product up to float32 rounding. It holds a second float32 copy of the
   weights (about the model's size again).
   """
-  _check_config(cfg)
-  flat = traverse_util.flatten_dict(params, sep='/')
-  matrices = {}
-  for name, value in flat.items():
-    if name.endswith('/kernel'):
-      matrices[name] = value
-  if cfg.tie_word_embeddings:
-    matrices['token_embedder/embedding'] = jnp.asarray(
-        flat['token_embedder/embedding']).T
+  matrices = {name: jnp.asarray(w).T if transposed else w
+              for name, (w, transposed) in decode_matrices(cfg, params).items()}
   return traverse_util.unflatten_dict(_pack_tree(matrices), sep='/')
 
 

@@ -1003,29 +1003,37 @@ def _pack_tree(matrices: dict[str, Any]) -> dict[str, Any]:
   return jax.tree.map(kernels.pack, matrices)
 
 
-def pack_params(cfg: T5Config, params: Any) -> dict[str, Any]:
-  """The `packed` variable collection: a tile-major float32 copy
-  (`specdec.kernels.pack`) of every weight matrix a decoder step reads, under the same
-  module paths: each decoder layer's self-attention and encoder-decoder query and out
-  kernels, self-attention key and value, MLP kernels, and the output layer
-  (`decoder/logits_dense/kernel`, or v1.0's tied `token_embedder/embedding` as
-  [E, V]). Encoder weights and the encoder-decoder key / value projections (run once
-  per input, over all its positions) are not packed.
-
-  With it, `Transformer.apply({'params': ..., 'packed': ...})` reads those weights once
-  per decoder call of up to `specdec.kernels.MAX_ROWS` tokens on a CPU. The numbers
-  are those of the unpacked products up to float32 rounding of the sums' order.
-  """
+def decode_matrices(cfg: T5Config, params: Any) -> dict[str, tuple[Array, bool]]:
+  """{path: (matrix, transposed)}: every weight matrix a decoder step reads once per
+  token: each decoder layer's self-attention query, key, value and out, the
+  encoder-decoder query and out, the MLP kernels ([in, out], transposed False) and
+  the output layer (`decoder/logits_dense/kernel`, or v1.0's tied
+  `token_embedder/embedding` [V, E], transposed True). Encoder weights and the
+  encoder-decoder key / value projections (run once per input, over all its
+  positions) are not among them."""
   check_config(cfg)
   flat = traverse_util.flatten_dict(params, sep='/')
   matrices = {}
   for name, value in flat.items():
     if (name.startswith('decoder/') and name.endswith('/kernel')
         and not re.search(r'encoder_decoder_attention/(key|value)/', name)):
-      matrices[name] = value
+      matrices[name] = (value, False)
   if cfg.logits_via_embedding:
-    matrices['token_embedder/embedding'] = jnp.asarray(
-        flat['token_embedder/embedding']).T
+    matrices['token_embedder/embedding'] = (flat['token_embedder/embedding'], True)
+  return matrices
+
+
+def pack_params(cfg: T5Config, params: Any) -> dict[str, Any]:
+  """The `packed` variable collection: a tile-major float32 copy
+  (`specdec.kernels.pack`) of every matrix of `decode_matrices`, under the same
+  module paths (v1.0's tied embedding as [E, V]).
+
+  With it, `Transformer.apply({'params': ..., 'packed': ...})` reads those weights once
+  per decoder call of up to `specdec.kernels.MAX_ROWS` tokens on a CPU. The numbers
+  are those of the unpacked products up to float32 rounding of the sums' order.
+  """
+  matrices = {name: jnp.asarray(w).T if transposed else w
+              for name, (w, transposed) in decode_matrices(cfg, params).items()}
   return traverse_util.unflatten_dict(_pack_tree(matrices), sep='/')
 
 
