@@ -13,7 +13,13 @@ config then replaces `--config`), at batch 1:
   (`specdec.benchmarking.extend_seconds`), the rounds interleaved so that a slow spell
   of a shared machine hits every k alike, the minimum over rounds reported; and
   v(k) = t(k) / t(1), the cost of verifying k = gamma + 1 tokens in target steps
-  (Leviathan et al. 2023 assume v = 1; a CPU has no idle compute to give that);
+  (Leviathan et al. 2023 assume v = 1). Both ways of computing the products side by
+  side: `packed` (`Llama.with_packed_weights`: `specdec.kernels` reads each weight
+  once per chunk, the default on a CPU) and `xla` (XLA's own matrix products);
+* the roofline: the same weights streamed by one matrix-vector product each, in one
+  compiled program (`specdec.benchmarking.weight_stream_seconds`), in ms and GB/s --
+  what reading a step's weights once costs on this machine, which t(1) and every
+  t(k) are held to;
 * the baseline: `specdec.autoregressive_sample`, greedy, `--decode_tokens` new tokens,
   in ms/token (minimum of `--decode_repeats`), and with `--compare_transformers` the
   same weights and prompt in transformers' `generate(do_sample=False)` (torch, float32);
@@ -82,17 +88,19 @@ def load_model(config: str, weights: str, dtype) -> tuple[llama.Llama, str]:
   return llama.Llama(cfg, jax.device_put(params)), source
 
 
-def step_costs(model: llama.Llama, prompt: jax.Array, max_chunk: int, rounds: int,
-               steps: int) -> dict[int, float]:
-  """{k: seconds of one extend of k tokens}, the minimum over interleaved rounds."""
-  state = model.init(prompt, max_chunk + 1)
-  start = model.start_tokens(prompt)[:, None]
-  best = {k: float("inf") for k in range(1, max_chunk + 1)}
+def step_costs(models: dict[str, llama.Llama], prompt: jax.Array, max_chunk: int,
+               rounds: int, steps: int) -> dict[str, dict[int, float]]:
+  """{name: {k: seconds of one extend of k tokens}}, the minimum over rounds that
+  interleave every model and k."""
+  states = {name: m.init(prompt, max_chunk + 1) for name, m in models.items()}
+  start = next(iter(models.values())).start_tokens(prompt)[:, None]
+  best = {name: {k: float("inf") for k in range(1, max_chunk + 1)} for name in models}
   for _ in range(rounds):
-    for k in best:
-      seconds = benchmarking.extend_seconds(model, state, jnp.tile(start, (1, k)),
-                                            repeats=1, steps=steps)
-      best[k] = min(best[k], seconds)
+    for name, m in models.items():
+      for k in best[name]:
+        seconds = benchmarking.extend_seconds(m, states[name], jnp.tile(start, (1, k)),
+                                              repeats=1, steps=steps)
+        best[name][k] = min(best[name][k], seconds)
   return best
 
 
@@ -144,9 +152,18 @@ def measure() -> dict:
   prompt_np = rng.integers(0, cfg.vocab_size, (1, _PROMPT_LENGTH.value)).astype(np.int32)
   prompt = jnp.asarray(prompt_np)
 
-  t = step_costs(model, prompt, _MAX_CHUNK.value, _ROUNDS.value, _STEPS.value)
+  models = {"xla": model}
+  packed = model.with_packed_weights()
+  if packed.packed is not None:
+    models = {"packed": packed, "xla": model}
+  costs = step_costs(models, prompt, _MAX_CHUNK.value, _ROUNDS.value, _STEPS.value)
+  roofline_s, weight_bytes = benchmarking.weight_stream_seconds(
+      llama.decode_matrices(cfg, model.params), repeats=max(5, _ROUNDS.value))
+  default = next(iter(models))
+  t = costs[default]
   decode = benchmarking.autoregressive_decoder(
-      model, _DECODE_TOKENS.value, specdec.SamplingConfig(temperature=0.0), None)
+      models[default], _DECODE_TOKENS.value, specdec.SamplingConfig(temperature=0.0),
+      None)
   seconds_per_token, outputs = benchmarking.time_decodes(
       decode, [prompt], jax.random.key(0), repeats=_DECODE_REPEATS.value)
   result = {
@@ -155,12 +172,21 @@ def measure() -> dict:
       "parameters": llama.param_count(cfg),
       "devices": [str(d) for d in jax.devices()],
       "prompt_length": _PROMPT_LENGTH.value,
+      "products": default,
       "t_ms": {str(k): v * 1e3 for k, v in t.items()},
       "v": {str(k): v / t[1] for k, v in t.items()},
+      "strategies": {name: {"t_ms": {str(k): v * 1e3 for k, v in c.items()},
+                            "v": {str(k): v / c[1] for k, v in c.items()}}
+                     for name, c in costs.items()},
+      "weight_bytes": weight_bytes,
+      "roofline_ms": roofline_s * 1e3,
+      "roofline_gb_per_s": weight_bytes / roofline_s / 1e9,
+      "t1_over_roofline": t[1] / roofline_s,
       "decode_tokens": _DECODE_TOKENS.value,
       "baseline_ms_per_token": seconds_per_token * 1e3,
       "baseline_tokens": np.asarray(outputs[0].tokens[0]).tolist(),
-      "decode_memory_bytes": decode_memory(model, prompt, _DECODE_TOKENS.value),
+      "decode_memory_bytes": decode_memory(models[default], prompt,
+                                           _DECODE_TOKENS.value),
   }
   if _COMPARE.value:
     ms, tokens = transformers_ms_per_token(model, prompt_np, _DECODE_TOKENS.value,
@@ -173,11 +199,18 @@ def measure() -> dict:
 
 
 def table(result: dict) -> str:
+  names = list(result["strategies"])
   lines = [f"{result['weights']}: {result['parameters']:,} parameters, "
-           f"{result['config']['dtype']}, batch 1, prompt {result['prompt_length']}",
-           "| k | t(k) ms | v(k) |", "|---|---|---|"]
+           f"{result['config']['dtype']}, batch 1, prompt {result['prompt_length']}; "
+           f"roofline (its {result['weight_bytes'] / 1e6:.0f} MB of step weights "
+           f"streamed once by matrix-vector products): {result['roofline_ms']:.2f} ms "
+           f"({result['roofline_gb_per_s']:.1f} GB/s)",
+           "| k | " + " | ".join(f"t(k) {n} ms | v(k) {n}" for n in names)
+           + " | t(k) / roofline |", "|---|" + "---|---|" * len(names) + "---|"]
   for k, ms in result["t_ms"].items():
-    lines.append(f"| {k} | {ms:.2f} | {result['v'][k]:.2f} |")
+    cells = " | ".join(f"{result['strategies'][n]['t_ms'][k]:.2f} | "
+                       f"{result['strategies'][n]['v'][k]:.2f}" for n in names)
+    lines.append(f"| {k} | {cells} | {ms / result['roofline_ms']:.2f} |")
   lines.append(f"baseline (greedy, {result['decode_tokens']} tokens): "
                f"{result['baseline_ms_per_token']:.2f} ms/token")
   if "transformers_ms_per_token" in result:
