@@ -4,9 +4,13 @@ r"""What verifying gamma + 1 tokens costs here, and the speed-up that bounds.
         [--rounds=5] [--output=out/bench_verify.json]
 
 For the shipped pair: t(k), one target `extend` over a chunk of k tokens, for
-k = 1..max_chunk, with the output layer computed as one [k, E] x [E, V] product and
-position by position (`T5.per_position_logits`), and t_q, one draft step, and the
-draft's 2-token first step. Every time is one call inside a compiled loop
+k = 1..max_chunk, with XLA's products (the output layer as one [k, E] x [E, V]
+product, and position by position: `T5.per_position_logits`) and with packed
+weights (`T5.with_packed_weights`: `specdec.kernels` reads each decoder weight once
+per chunk, the default on a CPU); t_q, one draft step, and the draft's 2-token first
+step (the draft packed too where the target is). Beside them the roofline: the
+decoder's step weights streamed once by matrix-vector products in one compiled
+program (`specdec.benchmarking.weight_stream_seconds`, ms and GB/s). Every time is one call inside a compiled loop
 (`specdec.benchmarking.extend_seconds`), the rounds interleaved so that a slow spell of
 a shared machine hits every setting alike, and the minimum over rounds reported.
 
@@ -28,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from specdec import benchmarking, data, pretrained
+from specdec.models import t5
 
 _PAIR = flags.DEFINE_string("model_pair", "multi30k_ende", "A shipped pair.")
 _DRAFT = flags.DEFINE_string("which_draft", "draft", "Which shipped draft.")
@@ -44,8 +49,12 @@ def measure(pair: str, draft_name: str, max_chunk: int, rounds: int, steps: int)
       data.TRANSLATE_PREFIX + pretrained.test_sentences(pair)[0][0], 48))[None]
   length = max_chunk + 1
   models = {"target, one product": target,
-            "target, per position": target.replace(per_position_logits=max_chunk),
-            "draft": draft}
+            "target, per position": target.replace(per_position_logits=max_chunk)}
+  packed = target.with_packed_weights()
+  if packed.packed is not None:
+    models["target, packed"] = packed
+    draft = draft.with_packed_weights()
+  models["draft"] = draft
   states = {name: m.init(x, length) for name, m in models.items()}
   chunks = {"draft": (1, 2)}
   settings = [(name, k) for name in models
@@ -57,14 +66,20 @@ def measure(pair: str, draft_name: str, max_chunk: int, rounds: int, steps: int)
                                             jnp.zeros((1, k), jnp.int32), repeats=1,
                                             steps=steps)
       best[name, k] = min(best.get((name, k), float("inf")), seconds)
+  roofline_s, weight_bytes = benchmarking.weight_stream_seconds(
+      t5.decode_matrices(target.config, target.params), repeats=max(5, rounds))
   t_q = best["draft", 1]
   result = dict(pair=pair, draft=draft_name, backend=jax.default_backend(),
-                t_q_ms=t_q * 1e3, t_q2_ms=best["draft", 2] * 1e3, strategies={})
-  for name in ("target, one product", "target, per position"):
+                t_q_ms=t_q * 1e3, t_q2_ms=best["draft", 2] * 1e3,
+                draft_packed=draft.packed is not None, weight_bytes=weight_bytes,
+                roofline_ms=roofline_s * 1e3,
+                roofline_gb_per_s=weight_bytes / roofline_s / 1e9, strategies={})
+  for name in [n for n in models if n != "draft"]:
     t1 = best[name, 1]
     rows = []
     for k in range(1, max_chunk + 1):
-      row = dict(k=k, t_ms=best[name, k] * 1e3, v=best[name, k] / t1)
+      row = dict(k=k, t_ms=best[name, k] * 1e3, v=best[name, k] / t1,
+                 t_over_roofline=best[name, k] / roofline_s)
       if k > 1:
         gamma = k - 1
         row["speedup_bound_alpha1"] = k / (gamma * t_q / t1 + row["v"])
@@ -75,14 +90,17 @@ def measure(pair: str, draft_name: str, max_chunk: int, rounds: int, steps: int)
 
 def table(result: dict) -> str:
   lines = [f"{result['pair']} ({result['draft']}) on {result['backend']}: t_q "
-           f"{result['t_q_ms']:.3f} ms, draft 2-token step {result['t_q2_ms']:.3f} ms", ""]
+           f"{result['t_q_ms']:.3f} ms, draft 2-token step {result['t_q2_ms']:.3f} ms; "
+           f"roofline (the {result['weight_bytes'] / 1e6:.1f} MB of decoder step "
+           f"weights streamed once): {result['roofline_ms']:.3f} ms "
+           f"({result['roofline_gb_per_s']:.1f} GB/s)", ""]
   names = list(result["strategies"])
   lines.append("| k = gamma + 1 | " + " | ".join(
-      f"{n}: t(k) ms / v / bound at alpha 1" for n in names) + " |")
+      f"{n}: t(k) ms / v / t(k) / roofline / bound at alpha 1" for n in names) + " |")
   lines.append("|---|" + "---|" * len(names))
   rows = zip(*(result["strategies"][n]["rows"] for n in names))
   for per_strategy in rows:
-    cells = [f"{r['t_ms']:.3f} / {r['v']:.2f} / "
+    cells = [f"{r['t_ms']:.3f} / {r['v']:.2f} / {r['t_over_roofline']:.2f} / "
              + (f"{r['speedup_bound_alpha1']:.2f}x" if "speedup_bound_alpha1" in r
                 else "-") for r in per_strategy]
     lines.append(f"| {per_strategy[0]['k']} | " + " | ".join(cells) + " |")

@@ -17,7 +17,12 @@ _SPEC.loader.exec_module(bench_verify)
 def test_costs_and_the_perfect_draft_bound():
   result = bench_verify.measure("multi30k_ende", "draft", max_chunk=3, rounds=1, steps=2)
   assert result["t_q_ms"] > 0 and result["t_q2_ms"] > 0
-  assert set(result["strategies"]) == {"target, one product", "target, per position"}
+  assert set(result["strategies"]) == {"target, one product", "target, per position",
+                                       "target, packed"}
+  assert result["draft_packed"]
+  assert result["roofline_ms"] > 0 and result["weight_bytes"] > 0
+  assert result["roofline_gb_per_s"] == pytest.approx(
+      result["weight_bytes"] / result["roofline_ms"] / 1e6)
   for s in result["strategies"].values():
     rows = s["rows"]
     assert [r["k"] for r in rows] == [1, 2, 3]
@@ -25,7 +30,8 @@ def test_costs_and_the_perfect_draft_bound():
     assert s["c"] == pytest.approx(result["t_q_ms"] / s["t1_ms"])
     for r in rows[1:]:
       assert r["v"] == pytest.approx(r["t_ms"] / s["t1_ms"])
+      assert r["t_over_roofline"] == pytest.approx(r["t_ms"] / result["roofline_ms"])
       gamma = r["k"] - 1
       assert r["speedup_bound_alpha1"] == pytest.approx(r["k"] / (gamma * s["c"] + r["v"]))
   text = bench_verify.table(result)
-  assert "bound at alpha 1" in text and "per position" in text
+  assert "bound at alpha 1" in text and "per position" in text and "roofline" in text
