@@ -190,13 +190,14 @@ def bucket_lengths(max_length: int, smallest: int = 16) -> tuple[int, ...]:
   return tuple(out) + (max_length,)
 
 
-def pad_to_bucket(ids: Any, buckets: tuple[int, ...]) -> np.ndarray:
-  """int32[1, L]: `ids` (EOS included) padded with 0 to the smallest bucket L that
+def pad_to_bucket(ids: Any, buckets: tuple[int, ...], pad_id: int = 0) -> np.ndarray:
+  """int32[1, L]: `ids` (EOS included) right-padded with `pad_id` (0, T5's padding, by
+  default; a `llama.Llama`'s own pad_id for its prompts) to the smallest bucket L that
   holds them; ids longer than the largest bucket raise ValueError."""
   ids = np.asarray(ids, np.int32).reshape(-1)
   for length in buckets:
     if ids.size <= length:
-      out = np.zeros((1, length), np.int32)
+      out = np.full((1, length), pad_id, np.int32)
       out[0, :ids.size] = ids
       return out
   raise ValueError(f"ids: {ids.size} tokens exceed the largest bucket {buckets[-1]}")
