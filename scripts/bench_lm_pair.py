@@ -1,6 +1,6 @@
 r"""The paper's Table 3 ("GPT-like" row) and Table 4 for the decoder-only shipped pair.
 
-    python scripts/bench_lm_pair.py [--lmp_prompts=8] [--lmp_max_new_tokens=32] \
+    python scripts/bench_lm_pair.py [--lmp_prompts=4] [--lmp_max_new_tokens=32] \
         [--lmp_gammas=1,2,3,4,5,6,7,8] [--lmp_repeats=2] [--lmp_json=out/bench_lm_pair.json]
 
 Leviathan, Kalman & Matias (ICML 2023) report, for a 97M "GPT-like" decoder-only
@@ -12,21 +12,30 @@ messages, the chat template applied with add_generation_prompt=True, right-padde
 with the target's pad_id), float32, on this machine:
 
 * alpha of three drafts at temperatures 0 and 1: a unigram and a bigram draft
-  (`specdec.models.ngram`, estimated from the n-gram corpus `--lmp_ngram_corpus`,
-  see `ngram_corpus`) and the distilled draft. Two estimates of the paper's alpha =
+  (`specdec.models.ngram`, add-1 smoothing) and the distilled draft. The n-gram drafts
+  count, by default (`--lmp_ngram_corpus=target_outputs`), the target's own greedy
+  outputs (`--lmp_ngram_max_new_tokens` each) on the first `--lmp_ngram_prompts`
+  training-side prompts of `specdec.lm_prompts.split()` (whose texts are disjoint
+  from the held-out ones), each preceded by the target's start token; with
+  `--lmp_ngram_corpus=text`, token streams of the shipped CNN/DM articles and
+  newstest2014 German references instead. Two estimates of the paper's alpha =
   E[beta], beta = sum_x min(p(x), q(x)) (Definition 3.1): teacher-forced along the
   target's own decodes of the prompts at that temperature
-  (`benchmarking.teacher_forced_betas`, pooled over positions: the paper's way), and
+  (`benchmarking.teacher_forced_alpha`: `teacher_forced_betas` with the target's pass
+  shared by the drafts; pooled over positions, the paper's way), and
   along speculative decodes at gamma `--lmp_alpha_gamma` (`benchmarking.pooled_alpha`:
-  the sampler's own stats);
+  the sampler's own stats; the distilled draft's are the sweep's decodes at that
+  gamma);
 * c = t_q / t_p(1) of the distilled draft and v(k) = t_p(k) / t_p(1) for every chunk
   k = gamma + 1 of the sweep (`benchmarking.verify_costs`: each one `extend` inside a
   compiled loop, minimum over interleaved rounds);
 * a batch-1 gamma sweep with the distilled draft at each temperature: the baseline
   and speculative decoding at every gamma timed side by side, prompt by prompt, each
   decoder in turn in every round, the minimum of `--lmp_repeats`
-  (`benchmarking.time_decodes_paired`); ms/token (prompt prefill included, as for
-  both), measured speed-up, tokens per iteration, Eq. 1's expected tokens from the
+  (`benchmarking.time_decodes_paired`); ms/token and the measured speed-up (every
+  prompt's prefill included, as in the other benchmarks, and without it: the
+  measured prefill of a prompt subtracted, which is the loop that Eq. 1 and
+  Theorem 3.8 model), tokens per iteration, Eq. 1's expected tokens from the
   teacher-forced alpha, the predicted speed-up E[tokens] / (gamma c + v(gamma + 1))
   (Theorem 3.8 with the measured v; the paper's v = 1 beside it), measured /
   predicted, the best gamma per temperature, and at temperature 0 whether every
@@ -36,9 +45,11 @@ with the target's pad_id), float32, on this machine:
   every gamma.
 
 Prints the tables in Markdown and writes them with every number as JSON
-(`--lmp_json`) and Markdown (beside it, .md). The default run (8 prompts, 32 new
-tokens, gammas 1..8, 2 timed rounds) is sized for ~10 minutes on a 2-core CPU; the
-timings mean something only on an otherwise idle machine.
+(`--lmp_json`) and Markdown (beside it, .md). The default run (4 prompts, 32 new
+tokens, gammas 1..8, 2 timed rounds; most of its time is compiling a decode per gamma
+and temperature) is sized for ~10 minutes on a 2-core CPU; the timings mean something
+only on an otherwise idle machine. Prompts are right-padded to the longest, so one
+shape compiles per decoder and every prompt's prefill covers that length.
 
 Every flag is prefixed `lmp_`: the tests import this script with others into one
 process, where absl's flags share one registry.
@@ -46,6 +57,7 @@ process, where absl's flags share one registry.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -80,7 +92,7 @@ NGRAM_CORPORA = ("target_outputs", "text")
 TEXT_SOURCES = ((data.CNNDM_TASK, "article"), (data.WMT_TASK, "de"))
 
 _PAIR = flags.DEFINE_string("lmp_pair", PAIR, "The shipped decoder-only pair.")
-_PROMPTS = flags.DEFINE_integer("lmp_prompts", 8, "Held-out prompts (from the first).")
+_PROMPTS = flags.DEFINE_integer("lmp_prompts", 4, "Held-out prompts (from the first).")
 _MAX_NEW = flags.DEFINE_integer("lmp_max_new_tokens", 32, "Tokens generated at most.")
 _GAMMAS = flags.DEFINE_list("lmp_gammas", [str(g) for g in range(1, 9)],
                             "The sweep's gammas.")
@@ -104,6 +116,10 @@ _NGRAM_NEW = flags.DEFINE_integer("lmp_ngram_max_new_tokens", 64,
 _COST_ROUNDS = flags.DEFINE_integer("lmp_cost_rounds", 3, "Interleaved rounds of c, v.")
 _COST_REPEATS = flags.DEFINE_integer("lmp_cost_repeats", 2, "Repeats per round (min).")
 _COST_STEPS = flags.DEFINE_integer("lmp_cost_steps", 8, "extend calls per timed loop.")
+_PACKED = flags.DEFINE_bool(
+    "lmp_packed_weights", True, "Target and distilled draft with packed float32 weights "
+    "(`llama.Llama.with_packed_weights`: a CPU verifies a chunk reading each weight "
+    "once); a no-op where specdec.kernels is not enabled.")
 _SEED = flags.DEFINE_integer("lmp_seed", 0, "Sampling keys.")
 _JSON = flags.DEFINE_string("lmp_json", "out/bench_lm_pair.json", "JSON output (and .md).")
 
@@ -166,6 +182,25 @@ def ngram_drafts(corpus: Sequence[Sequence[int]], vocab_size: int
 # ------------------------------------------------------------------------------
 # Measurements.
 # ------------------------------------------------------------------------------
+@functools.partial(jax.jit, static_argnames=("max_length",))
+def _init(model, inputs, max_length):
+  return model.init(inputs, max_length)
+
+
+def prefill_seconds(models: Mapping[str, DecodeModel], inputs: jax.Array,
+                    max_length: int, repeats: int = 2, rounds: int = 3
+                    ) -> dict[str, float]:
+  """{name: seconds of `model.init(inputs, max_length)`}, the prompt's prefill that
+  every decode of `inputs` [1, S] starts with (S - 1 positions, whatever the prompt's
+  own length: the padding is fed too); minimum over interleaved rounds."""
+  best = {name: float("inf") for name in models}
+  for _ in range(rounds):
+    for name, model in models.items():
+      best[name] = min(best[name], benchmarking.min_seconds(
+          lambda m=model: _init(m, inputs, max_length), repeats))
+  return best
+
+
 def _rows(tree, size: int):
   return jax.tree.map(lambda a: np.asarray(a)[:size], tree)
 
@@ -244,11 +279,18 @@ def measure_alpha(target: DecodeModel, drafts: Mapping[str, DecodeModel],
 
 def sweep_rows(timed: Mapping[str, tuple[float, list[Any]]], draft_name: str,
                temperature: float, gammas: Sequence[int], alpha: float,
-               costs: Mapping[str, Any]) -> list[dict[str, Any]]:
+               costs: Mapping[str, Any], prefill: Mapping[str, float] | None = None
+               ) -> list[dict[str, Any]]:
   """The sweep's rows from `time_sweep`'s result: `alpha` (teacher-forced) gives
   Eq. 1 and the prediction; `costs` is `benchmarking.verify_costs`' result (c, and v
-  at every gamma + 1)."""
+  at every gamma + 1).
+
+  With `prefill` ({"target": s, "draft": s}, `prefill_seconds`), each row also has
+  the decode loop's own figures ("*_decode"): every prompt's prefill (the target's;
+  the target's and the draft's for speculative decoding) subtracted from the timed
+  seconds, which is what Eq. 1 and Theorem 3.8 model."""
   base_s, base_out = timed["baseline"]
+  base_tokens = int(sum(np.sum(o.lengths) for o in base_out))
   rows = []
   for g in gammas:
     spec_s, spec_out = timed[f"gamma_{g}"]
@@ -264,9 +306,20 @@ def sweep_rows(timed: Mapping[str, tuple[float, list[Any]]], draft_name: str,
                predicted_speedup_paper=benchmarking.predicted_speedup(alpha, g,
                                                                       costs["c"]),
                measured_over_predicted=(base_s / spec_s) / predicted,
-               baseline_tokens=int(sum(np.sum(o.lengths) for o in base_out)),
+               baseline_tokens=base_tokens,
                speculative_tokens=int(sum(np.sum(o.lengths) for o in spec_out)),
                nonfinite=int(np.sum(stats.nonfinite)))
+    if prefill is not None:
+      n = len(base_out)
+      base_loop = base_s * base_tokens - n * prefill["target"]
+      spec_loop = (spec_s * row["speculative_tokens"]
+                   - n * (prefill["target"] + prefill["draft"]))
+      row.update(baseline_ms_per_token_decode=base_loop * 1e3 / max(base_tokens, 1),
+                 speculative_ms_per_token_decode=(spec_loop * 1e3
+                                                  / max(row["speculative_tokens"], 1)))
+      row["speedup_decode"] = (row["baseline_ms_per_token_decode"]
+                               / row["speculative_ms_per_token_decode"])
+      row["measured_over_predicted_decode"] = row["speedup_decode"] / predicted
     if temperature == 0:
       same = [bool(np.array_equal(np.asarray(b.tokens), np.asarray(s.tokens))
                    and np.array_equal(np.asarray(b.lengths), np.asarray(s.lengths)))
@@ -347,15 +400,22 @@ def run(target: DecodeModel, drafts: Mapping[str, DecodeModel],
   key = jax.random.key(seed)
   draft = drafts[sweep_draft]
   single = [jnp.asarray(inputs[i:i + 1]) for i in range(len(inputs))]
+  phases = {}
+  clock = time.time()
   costs = benchmarking.verify_costs(target, draft, single[0], [g + 1 for g in gammas],
                                     max_new_tokens + max(gammas) + 1,
                                     repeats=cost_repeats, steps=cost_steps,
                                     rounds=cost_rounds)
+  prefill = prefill_seconds(dict(target=target, draft=draft), single[0],
+                            max_new_tokens + max(gammas) + 1, cost_repeats,
+                            cost_rounds)
+  phases["costs"], clock = time.time() - clock, time.time()
   alpha = {name: {} for name in drafts}
   rows = []
   for t in temperatures:
     timed = time_sweep(target, draft, single, eos_id, t, gammas, max_new_tokens,
                        repeats, jax.random.fold_in(key, 1))
+    phases[f"sweep_{temp_key(t)}"], clock = time.time() - clock, time.time()
     decoded = ({sweep_draft: timed[f"gamma_{alpha_gamma}"][1]}
                if alpha_gamma in gammas else {})
     per_draft = measure_alpha(target, drafts, inputs, timed["baseline"][1], eos_id, t,
@@ -365,8 +425,9 @@ def run(target: DecodeModel, drafts: Mapping[str, DecodeModel],
       alpha[name][temp_key(t)] = a
     logging.info("alpha at temperature %g: %s", t,
                  {n: round(a["teacher_forced"], 3) for n, a in per_draft.items()})
+    phases[f"alpha_{temp_key(t)}"], clock = time.time() - clock, time.time()
     rows += sweep_rows(timed, sweep_draft, t, gammas,
-                       per_draft[sweep_draft]["teacher_forced"], costs)
+                       per_draft[sweep_draft]["teacher_forced"], costs, prefill)
   settings = dict(prompts=len(inputs), prompt_tokens=[len(p) for p in prompts],
                   input_length=int(inputs.shape[1]),
                   pad_id=getattr(target, "pad_id", None), eos_id=eos_id,
@@ -381,9 +442,10 @@ def run(target: DecodeModel, drafts: Mapping[str, DecodeModel],
   return dict(settings=settings, paper_table3=PAPER_TABLE3, alpha=alpha,
               c=costs["c"], v={str(k): v for k, v in costs["v"].items()},
               costs=dict(t_p1=costs["t_p1"], t_q=costs["t_q"],
-                         t_p={str(k): s for k, s in costs["t_p"].items()}),
+                         t_p={str(k): s for k, s in costs["t_p"].items()},
+                         prefill=prefill),
               sweep=rows, best_gamma=best_gammas(rows), table4=table4(rows),
-              seconds=time.time() - start_time)
+              phase_seconds=phases, seconds=time.time() - start_time)
 
 
 # ------------------------------------------------------------------------------
@@ -409,14 +471,17 @@ def markdown(result: Mapping[str, Any]) -> str:
                    f"| {a['teacher_forced_positions']} | "
                    + (f"{theirs:.2f} ({label})" if theirs is not None else "-") + " |")
   v = result["v"]
+  prefill = result["costs"]["prefill"]
   lines += ["", f"c = t_q / t_p(1) = {result['c']:.3f} ({s['sweep_draft']}); "
             f"t_p(1) = {result['costs']['t_p1'] * 1e3:.2f} ms; v(k) = t_p(k) / t_p(1): "
-            + ", ".join(f"v({k}) = {x:.2f}" for k, x in v.items() if k != "1")]
+            + ", ".join(f"v({k}) = {x:.2f}" for k, x in v.items() if k != "1")
+            + f"; prefill of a prompt ({s['input_length']} positions): target "
+            f"{prefill['target'] * 1e3:.1f} ms, draft {prefill['draft'] * 1e3:.1f} ms"]
   lines += ["", f"### gamma sweep ({s['sweep_draft']} draft, batch 1)", "",
             "| temp | gamma | alpha | alpha (decode) | tok/iter | Eq. 1 | v | "
             "base ms/tok | spec ms/tok | speed-up | predicted | meas/pred | "
-            "pred (v = 1) | identical |",
-            "|" + "---|" * 14]
+            "speed-up w/o prefill | meas/pred w/o prefill | pred (v = 1) | identical |",
+            "|" + "---|" * 16]
   for r in result["sweep"]:
     same = (f"{r['identical_rows']}/{s['prompts']}" if "identical_rows" in r else "-")
     lines.append(
@@ -425,7 +490,9 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"| {r['v']:.2f} | {r['baseline_ms_per_token']:.2f} | "
         f"{r['speculative_ms_per_token']:.2f} | {r['speedup']:.2f}x | "
         f"{r['predicted_speedup']:.2f}x | {r['measured_over_predicted']:.2f} | "
-        f"{r['predicted_speedup_paper']:.2f}x | {same} |")
+        + (f"{r['speedup_decode']:.2f}x | {r['measured_over_predicted_decode']:.2f} | "
+           if "speedup_decode" in r else "- | - | ")
+        + f"{r['predicted_speedup_paper']:.2f}x | {same} |")
   for t, b in result["best_gamma"].items():
     lines.append(f"\nBest measured gamma at temperature {t}: {b['gamma']} "
                  f"({b['speedup']:.2f}x, predicted {b['predicted_speedup']:.2f}x); "
@@ -445,9 +512,11 @@ def markdown(result: Mapping[str, Any]) -> str:
   if identical:
     lines += ["", "Temperature 0: every speculative decode equals the baseline token "
               f"for token: {'yes' if all(identical) else 'NO'}."]
-  lines += ["", f"{s['backend']}, {s['dtype']}; prompt prefill included in every "
-            f"ms/token; min of {s['repeats']} timed rounds; alpha teacher-forced along "
-            "the target's decodes at each temperature."]
+  lines += ["", f"{s['backend']}, {s['dtype']}; ms/token and speed-up include every "
+            "prompt's prefill (all prompts right-padded to one length); \"w/o prefill\" "
+            "subtracts the measured prefill (the loop that Theorem 3.8 models); min of "
+            f"{s['repeats']} timed rounds; alpha teacher-forced along the target's "
+            "decodes at each temperature."]
   return "\n".join(lines)
 
 
@@ -487,6 +556,8 @@ def main(argv):
     raise app.UsageError(f"--lmp_gammas must be positive ints, got {_GAMMAS.value}")
   start = time.time()
   target, draft, tok = pretrained.load_pair(_PAIR.value)
+  if _PACKED.value:
+    target, draft = target.with_packed_weights(), draft.with_packed_weights()
   messages = list(pretrained.lm_eval_prompts(_PAIR.value))[:_PROMPTS.value]
   prompts = chat_ids(tok, messages)
   corpus_kind = _NGRAM_CORPUS.value
@@ -504,6 +575,8 @@ def main(argv):
                cost_steps=_COST_STEPS.value, seed=_SEED.value)
   result["settings"].update(
       pair=_PAIR.value, ngram_corpus=corpus_kind,
+      packed_weights=dict(target=getattr(target, "packed", None) is not None,
+                          draft=getattr(draft, "packed", None) is not None),
       ngram_corpus_sequences=len(corpus),
       ngram_corpus_tokens=int(sum(len(c) for c in corpus)),
       ngram_corpus_note=(

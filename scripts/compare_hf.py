@@ -82,6 +82,10 @@ _INPUT_LEN = flags.DEFINE_integer("hf_input_length", 48, "Encoder length (specde
 _REPEATS = flags.DEFINE_integer("hf_repeats", 3, "Timed runs per prompt (median).")
 _OUT = flags.DEFINE_string("hf_out_dir", "out/compare_hf", "Where the outputs go.")
 _PROGRESS = flags.DEFINE_bool("hf_progress", True, "Show a progress bar.")
+_LM_PACKED = flags.DEFINE_bool(
+    "hf_lm_packed_weights", True, f"{LM_PAIR}: specdec's target and draft with packed "
+    "float32 weights (`llama.Llama.with_packed_weights`; a no-op where "
+    "specdec.kernels is not enabled).")
 _PAD_MULTIPLE = flags.DEFINE_integer(
     "hf_lm_pad_multiple", 32, f"{LM_PAIR}: specdec's prompts are right-padded with the "
     "pad id to a multiple of this (few compiled shapes); transformers gets them "
@@ -185,12 +189,16 @@ def load_hf_gguf(path: str | os.PathLike) -> Any:
   return hf.eval()
 
 
+def _target_gguf(pair: str):
+  """The GGUF file of a decoder-only pair's target (`pretrained.load_lm`'s)."""
+  return pretrained.lm_path(pretrained.pair_info(pair).get("target", {}).get("lm", pair))
+
+
 def load_hf_lm_pair(pair: str, draft) -> tuple[Any, Any]:
   """(hf_target, hf_draft) of a decoder-only shipped pair: the target from the GGUF
   file of `pretrained.lm_path`, the draft from its shipped transformers directory
   (`pretrained.lm_draft_path`), checked against specdec's `draft`."""
-  lm = pretrained.pair_info(pair).get("target", {}).get("lm", pair)
-  return (load_hf_gguf(pretrained.lm_path(lm)),
+  return (load_hf_gguf(_target_gguf(pair)),
           load_hf_llama(pretrained.lm_draft_path(pair), draft))
 
 
@@ -528,15 +536,21 @@ def main_lm(pair: str, num: int) -> dict[str, Any]:
   """The decoder-only pair on its held-out chat prompts (module doc)."""
   target, draft, tok = pretrained.load_pair(pair)
   messages = list(pretrained.lm_eval_prompts(pair))[:num]
+  # transformers gets the draft's weights checked against the unpacked model.
+  hf_target, hf_draft = load_hf_lm_pair(pair, draft)
+  if _LM_PACKED.value:
+    target, draft = target.with_packed_weights(), draft.with_packed_weights()
   ids = [tok.apply_chat_template([{"role": "user", "content": m}],
                                  add_generation_prompt=True) for m in messages]
   prompts = pad_prompts(ids, target.pad_id, _PAD_MULTIPLE.value)
-  hf_target, hf_draft = load_hf_lm_pair(pair, draft)
   result = run_comparison(target, draft, hf_target, hf_draft, prompts, _GAMMA.value,
                           _MAX_NEW.value, _REPEATS.value, progress=_PROGRESS.value,
                           eos_id=tok.eos_id, pad_id=target.pad_id)
   result["settings"].update(pad_multiple=_PAD_MULTIPLE.value,
-                            hf_target_source=str(pretrained.lm_path(pair)),
+                            specdec_packed_weights=dict(
+                                target=target.packed is not None,
+                                draft=draft.packed is not None),
+                            hf_target_source=str(_target_gguf(pair)),
                             hf_draft_source=str(pretrained.lm_draft_path(pair)))
   result["examples"] = [dict(prompt=m, output=tok.decode(t, skip_special_tokens=True))
                         for m, t in zip(messages[:3], result["reference_tokens"])]

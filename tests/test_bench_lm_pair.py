@@ -32,7 +32,9 @@ GAMMAS, MAX_NEW, TEMPS = [2], 6, (0.0, 1.0)
 ROW_FIELDS = ("temperature", "draft", "gamma", "alpha", "alpha_empirical",
               "tokens_per_iteration", "eq1", "c", "v", "baseline_ms_per_token",
               "speculative_ms_per_token", "speedup", "predicted_speedup",
-              "predicted_speedup_paper", "measured_over_predicted")
+              "predicted_speedup_paper", "measured_over_predicted",
+              "baseline_ms_per_token_decode", "speculative_ms_per_token_decode",
+              "speedup_decode", "measured_over_predicted_decode")
 
 
 class ByteTokenizer:
@@ -83,7 +85,9 @@ def result(target):
 def test_the_json_has_every_promised_field(result):
   json.loads(json.dumps(result))  # Plain JSON.
   assert set(result) >= {"settings", "paper_table3", "alpha", "c", "v", "costs",
-                         "sweep", "best_gamma", "table4", "seconds"}
+                         "sweep", "best_gamma", "table4", "phase_seconds", "seconds"}
+  assert set(result["costs"]["prefill"]) == {"target", "draft"}
+  assert all(x > 0 for x in result["costs"]["prefill"].values())
   assert list(result["alpha"]) == ["unigram", "bigram", "distilled"]
   for per_temp in result["alpha"].values():
     assert list(per_temp) == ["0", "1"]
@@ -145,6 +149,15 @@ def test_sweep_predictions_best_gamma_and_table4_recompute(result):
                                          / r["speculative_ms_per_token"])
     assert r["measured_over_predicted"] == pytest.approx(r["speedup"]
                                                          / r["predicted_speedup"])
+    # Without prefill: each prompt's measured prefill off the timed seconds.
+    prefill, n = result["costs"]["prefill"], result["settings"]["prompts"]
+    assert r["baseline_ms_per_token_decode"] == pytest.approx(
+        r["baseline_ms_per_token"] - n * prefill["target"] * 1e3 / r["baseline_tokens"])
+    assert r["speculative_ms_per_token_decode"] == pytest.approx(
+        r["speculative_ms_per_token"] - n * (prefill["target"] + prefill["draft"]) * 1e3
+        / r["speculative_tokens"])
+    assert r["speedup_decode"] == pytest.approx(r["baseline_ms_per_token_decode"]
+                                                / r["speculative_ms_per_token_decode"])
   for t, best in result["best_gamma"].items():
     row, = [r for r in result["sweep"] if f"{r['temperature']:g}" == t]
     assert (best["gamma"], best["speedup"]) == (row["gamma"], row["speedup"])
