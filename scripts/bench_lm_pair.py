@@ -333,8 +333,9 @@ def sweep_rows(timed: Mapping[str, tuple[float, list[Any]]], draft_name: str,
 
 
 def best_gammas(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-  """Per temperature: the gamma of the highest measured speed-up, and the gamma of
-  the highest predicted one."""
+  """Per temperature: the gamma of the highest measured speed-up, the gamma of the
+  highest predicted one, and (where the rows have it) the gamma of the highest
+  speed-up without prefill."""
   out = {}
   for t in sorted({r["temperature"] for r in rows}):
     at = [r for r in rows if r["temperature"] == t]
@@ -345,6 +346,10 @@ def best_gammas(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
                             measured_over_predicted=best["measured_over_predicted"],
                             predicted_best_gamma=best_pred["gamma"],
                             predicted_best_speedup=best_pred["predicted_speedup"])
+    if all("speedup_decode" in r for r in at):
+      best_loop = max(at, key=lambda r: r["speedup_decode"])
+      out[temp_key(t)].update(gamma_decode=best_loop["gamma"],
+                              speedup_decode=best_loop["speedup_decode"])
   return out
 
 
@@ -497,7 +502,9 @@ def markdown(result: Mapping[str, Any]) -> str:
     lines.append(f"\nBest measured gamma at temperature {t}: {b['gamma']} "
                  f"({b['speedup']:.2f}x, predicted {b['predicted_speedup']:.2f}x); "
                  f"best predicted: gamma {b['predicted_best_gamma']} "
-                 f"({b['predicted_best_speedup']:.2f}x).")
+                 f"({b['predicted_best_speedup']:.2f}x)"
+                 + (f"; best without prefill: gamma {b['gamma_decode']} "
+                    f"({b['speedup_decode']:.2f}x)." if "gamma_decode" in b else "."))
   lines += ["", "### Table 4: expected vs empirical", "",
             "| temp | gamma | alpha | tokens/iter expected (Eq. 1) | empirical | "
             "speed-up expected (v = 1, paper) | expected (measured v) | empirical |",

@@ -161,6 +161,8 @@ def test_sweep_predictions_best_gamma_and_table4_recompute(result):
   for t, best in result["best_gamma"].items():
     row, = [r for r in result["sweep"] if f"{r['temperature']:g}" == t]
     assert (best["gamma"], best["speedup"]) == (row["gamma"], row["speedup"])
+    assert (best["gamma_decode"], best["speedup_decode"]) == (row["gamma"],
+                                                              row["speedup_decode"])
   for row, r in zip(result["table4"], result["sweep"]):
     assert (row["expected_tokens"], row["empirical_tokens"], row["empirical_speedup"]) \
         == (r["eq1"], r["tokens_per_iteration"], r["speedup"])
@@ -178,6 +180,12 @@ def test_best_gamma_is_the_highest_measured_speedup_per_temperature():
   assert (best["0"]["gamma"], best["0"]["speedup"]) == (2, 1.1)
   assert (best["0"]["predicted_best_gamma"], best["1"]["gamma"],
           best["1"]["predicted_best_gamma"]) == (3, 1, 2)
+  assert "gamma_decode" not in best["0"]
+  for r, loop in zip(rows, (1.0, 0.9, 1.2, 0.5, 0.6)):
+    r["speedup_decode"] = loop
+  best = bench_lm_pair.best_gammas(rows)
+  assert (best["0"]["gamma_decode"], best["1"]["gamma_decode"]) == (3, 2)
+  assert best["0"]["gamma"] == 2
   table = bench_lm_pair.table4(rows)
   assert [(r["temperature"], r["gamma"]) for r in table] == [
       (r["temperature"], r["gamma"]) for r in rows]
