@@ -106,7 +106,7 @@ _NGRAM_CORPUS = flags.DEFINE_enum(
     "lmp_ngram_corpus", "target_outputs", list(NGRAM_CORPORA),
     "What the unigram / bigram drafts count: the target's greedy outputs on the "
     "pair's training prompts, or shipped text (CNN/DM articles, newstest2014 German).")
-_NGRAM_PROMPTS = flags.DEFINE_integer("lmp_ngram_prompts", 64,
+_NGRAM_PROMPTS = flags.DEFINE_integer("lmp_ngram_prompts", 32,
                                       "target_outputs: training prompts decoded.")
 _NGRAM_MAX_PROMPT = flags.DEFINE_integer("lmp_ngram_max_prompt_tokens", 200,
                                          "target_outputs: training prompts of at most "
