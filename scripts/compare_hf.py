@@ -82,6 +82,10 @@ _INPUT_LEN = flags.DEFINE_integer("hf_input_length", 48, "Encoder length (specde
 _REPEATS = flags.DEFINE_integer("hf_repeats", 3, "Timed runs per prompt (median).")
 _OUT = flags.DEFINE_string("hf_out_dir", "out/compare_hf", "Where the outputs go.")
 _PROGRESS = flags.DEFINE_bool("hf_progress", True, "Show a progress bar.")
+_THREADS = flags.DEFINE_integer(
+    "hf_torch_threads", 0, "torch.set_num_threads (0: os.cpu_count()). On a machine "
+    "where another job holds a core, torch's spinning OpenMP threads slow its decode "
+    "down by 10x at 2 threads (not at 1): measure on an idle machine.")
 _LM_PACKED = flags.DEFINE_bool(
     "hf_lm_packed_weights", True, f"{LM_PAIR}: specdec's target and draft with packed "
     "float32 weights (`llama.Llama.with_packed_weights`; a no-op where "
@@ -544,8 +548,9 @@ def main_lm(pair: str, num: int) -> dict[str, Any]:
                                  add_generation_prompt=True) for m in messages]
   prompts = pad_prompts(ids, target.pad_id, _PAD_MULTIPLE.value)
   result = run_comparison(target, draft, hf_target, hf_draft, prompts, _GAMMA.value,
-                          _MAX_NEW.value, _REPEATS.value, progress=_PROGRESS.value,
-                          eos_id=tok.eos_id, pad_id=target.pad_id)
+                          _MAX_NEW.value, _REPEATS.value, threads=_THREADS.value or None,
+                          progress=_PROGRESS.value, eos_id=tok.eos_id,
+                          pad_id=target.pad_id)
   result["settings"].update(pad_multiple=_PAD_MULTIPLE.value,
                             specdec_packed_weights=dict(
                                 target=target.packed is not None,
@@ -574,6 +579,7 @@ def main(argv):
         hf_target, hf_draft = export_pair(target, draft, tmp)
         result = run_comparison(target, draft, hf_target, hf_draft, prompts,
                                 _GAMMA.value, _MAX_NEW.value, _REPEATS.value,
+                                threads=_THREADS.value or None,
                                 progress=_PROGRESS.value)
       result["examples"] = [dict(source=en, reference=de, output=vocab.decode(ids))
                             for (en, de), ids in zip(sentences[:3],
