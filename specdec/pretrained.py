@@ -288,7 +288,10 @@ def load_lm(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
   if pad_id == FILE_PAD_ID:
     pad_id = tok.pad_id
   # On the device once: numpy leaves would be copied in again on every jit call.
-  return llama.Llama(cfg, jax.device_put(params), pad_id=pad_id), tok
+  # On a CPU the weights are also packed for `specdec.kernels` (a second float32
+  # copy), so that a chunk of gamma + 1 tokens costs about one token's step.
+  model = llama.Llama(cfg, jax.device_put(params), pad_id=pad_id)
+  return model.with_packed_weights(), tok
 
 
 # ------------------------------------------------------------------------------
@@ -359,7 +362,10 @@ def load_lm_pair(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
   if cfg.vocab_size != target.vocab_size:
     raise ValueError(f"{path}: the draft's vocabulary ({cfg.vocab_size}) is not the "
                      f"target's ({target.vocab_size})")
-  return target, llama.Llama(cfg, jax.device_put(params), pad_id=tok.pad_id), tok
+  # Packed on a CPU like the target (`Llama.with_packed_weights`): a draft step reads
+  # its 49152-row output layer once, at full bandwidth.
+  draft_model = llama.Llama(cfg, jax.device_put(params), pad_id=tok.pad_id)
+  return target, draft_model.with_packed_weights(), tok
 
 
 def lm_eval_prompts(name: str = "smollm2_135m_instruct") -> list[str]:
