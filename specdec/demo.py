@@ -1,6 +1,6 @@
 """The README's main job: speculative decoding on the shipped pairs.
 
-    python -m specdec.demo [--pair=all] [--num_prompts=12] [--num_sentences=24] \
+    python -m specdec.demo [--pair=all] [--num_prompts=6] [--num_sentences=24] \
         [--gamma=4] [--draft=draft]
 
 First the decoder-only pair `smollm2_135m_instruct`: the real SmolLM2-135M-Instruct
@@ -41,9 +41,11 @@ _PAIR = flags.DEFINE_string(
     "pair", "all", "A shipped pair, or 'all': smollm2_135m_instruct, then multi30k_ende.")
 _NUM = flags.DEFINE_integer("num_sentences", 24, "Test sentences to translate.")
 _NUM_PROMPTS = flags.DEFINE_integer(
-    "num_prompts", 12, "Held-out chat prompts of the decoder-only pair.")
+    "num_prompts", 6, "Held-out chat prompts of the decoder-only pair.")
 _LM_MAX_NEW = flags.DEFINE_integer(
-    "lm_max_new_tokens", 64, "Tokens generated at most, decoder-only pair.")
+    "lm_max_new_tokens", 48, "Tokens generated at most, decoder-only pair.")
+_LM_REPEATS = flags.DEFINE_integer(
+    "lm_repeats", 2, "Timed rounds of each decode of the decoder-only pair.")
 _GAMMA = flags.DEFINE_integer(
     "gamma", None, "Draft tokens per iteration; default: per temperature, the gamma "
     "of the highest measured speed-up in the pair's model card.")
@@ -270,7 +272,7 @@ def main(argv):
   for pair in pairs:
     if pair in pretrained.LM_PAIRS:
       result = run_lm(pair, _NUM_PROMPTS.value, _GAMMA.value, _LM_MAX_NEW.value,
-                      _REPEATS.value, _SEED.value, _PROGRESS.value)
+                      _LM_REPEATS.value, _SEED.value, _PROGRESS.value)
     else:
       result = run(pair, _NUM.value, _GAMMA.value, _MAX_NEW.value, _INPUT_LEN.value,
                    _REPEATS.value, _SEED.value, _PROGRESS.value, _DRAFT.value)

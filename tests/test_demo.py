@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from specdec import demo, pretrained
 
 
@@ -74,3 +76,23 @@ def test_lm_inputs_pad_each_prompt_to_a_bucket_with_the_pad_id():
   inputs = demo.lm_inputs(_ByteTokenizer(), ["x", "y" * 40], pad_id=1)
   assert [x.shape for x in inputs] == [(1, 32), (1, 46)]  # 7 and 46 bytes
   assert int(inputs[0][0, -1]) == 1 and int(inputs[1][0, -1]) != 1
+
+
+@pytest.mark.slow
+def test_the_demo_runs_the_shipped_decoder_only_pair():
+  """The shipped SmolLM2 pair end to end (one prompt, a few tokens): loads, packs,
+  decodes at both temperatures, and temperature 0 equals the baseline."""
+  pytest.importorskip("tokenizers")
+  try:
+    pretrained.lm_path()
+  except FileNotFoundError as e:
+    pytest.skip(str(e))
+  result = demo.run_lm("smollm2_135m_instruct", num_prompts=1, gamma=2,
+                       max_new_tokens=6, repeats=1, seed=0, progress=False)
+  assert result["packed_weights"] and result["num_prompts"] == 1
+  assert result["rows"][0]["identical_to_baseline"]
+  for row in result["rows"]:
+    assert row["gamma"] == 2 and 0.0 <= row["alpha"] <= 1.0
+    assert row["nonfinite_positions"] == 0
+  assert result["examples"][0]["prompt"] == pretrained.lm_eval_prompts(
+      "smollm2_135m_instruct")[0]
