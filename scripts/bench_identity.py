@@ -71,7 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import specdec
-from specdec import data, pretrained
+from specdec import benchmarking, data, pretrained
 from specdec.models import llama, ngram
 from specdec.models.base import DecodeModel
 
@@ -220,19 +220,9 @@ def lm_prompts(tok, tasks: Sequence[str], num: int, max_prompt_tokens: int
   return prompts, messages, corpus
 
 
-def right_pad(prompts: Sequence[Sequence[int]], pad_id: int | None) -> np.ndarray:
-  """int32[N, S]: the prompts right-padded with pad_id to the longest (`llama.Llama`'s
-  convention; pad_id None requires equal lengths)."""
-  length = max(len(p) for p in prompts)
-  if pad_id is None and any(len(p) != length for p in prompts):
-    raise ValueError('prompts: of different lengths, but the target has no pad_id')
-  out = np.full((len(prompts), length), 0 if pad_id is None else pad_id, np.int32)
-  for i, p in enumerate(prompts):
-    if pad_id is not None and p[-1] == pad_id:
-      raise ValueError(f'prompts: prompt {i} ends with pad_id={pad_id}, which would '
-                       'be read as padding')
-    out[i, :len(p)] = p
-  return out
+# Ragged decoder-only prompts, right-padded with the target's pad_id (one copy, shared
+# with the other benchmarks).
+right_pad = benchmarking.right_pad
 
 
 def tiny_llama_draft(target: llama.Llama, dtype, seed: int) -> llama.Llama:

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from specdec import data
+from specdec import benchmarking, data
 
 MULTI30K_EN_FILE = (data.DATA_DIR.parent / 'weights' / 'multi30k_ende'
                     / 'test_2016_flickr.en')
@@ -183,13 +183,6 @@ def encode(tokenizer, content: str) -> list[int]:
                                        add_generation_prompt=True)
 
 
-def right_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
-  """int32[N, S]: ragged prompts right-padded with `pad_id` (`llama.Llama`'s layout);
-  a prompt ending in `pad_id` would be misread as padding and raises ValueError."""
-  length = max(len(p) for p in prompts)
-  out = np.full((len(prompts), length), pad_id, np.int32)
-  for i, p in enumerate(prompts):
-    if p[-1] == pad_id:
-      raise ValueError(f'prompts: prompt {i} ends with pad_id={pad_id}')
-    out[i, :len(p)] = p
-  return out
+# Ragged prompts right-padded with the model's pad_id (`llama.Llama`'s layout); one
+# copy for the package, in `specdec.benchmarking`.
+right_pad = benchmarking.right_pad
