@@ -113,6 +113,8 @@ def test_lm_target_teacher_forcing_feeds_the_prompts_last_token_first(lm_workloa
   np.testing.assert_allclose(got, full[length - 1:length + 2], atol=1e-4)
 
 
+@pytest.mark.slow  # ~10 s; the real SmolLM2 pair's greedy identity is tested in
+# test_pretrained_lm_pair and test_pretrained_lm.
 def test_lm_greedy_decodes_are_identical_with_both_drafts(lm_workload):
   """3 prompts in batches of 2, bigram and tiny-Llama drafts: every row identical,
   chunk/single differences at float32 rounding."""

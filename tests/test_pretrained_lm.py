@@ -148,6 +148,7 @@ def greedy(lm, reference):
   return prompt, ours, _hf_greedy(reference, prompt, tok.eos_id)
 
 
+@pytest.mark.slow  # ~15 s of transformers' generate; the logits test covers parity.
 def test_64_greedy_tokens_equal_transformers_greedy_generate(lm, greedy):
   _, tok = lm
   _, ours, theirs = greedy

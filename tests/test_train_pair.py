@@ -6,6 +6,7 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 
 from specdec.models import t5
 
@@ -43,6 +44,7 @@ def test_training_lowers_the_validation_loss(tmp_path):
   assert losses[-1] < losses[0] - 0.5
 
 
+@pytest.mark.slow  # ~10 s: two short training runs; keeps the default suite < 10 min.
 def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path):
   train, val, cfg = _examples(64), _examples(16, seed=1), _config(epochs=2.0)
   straight = train_pair.train_model("a", CFG, train, val, cfg, str(tmp_path / "a"),
