@@ -137,15 +137,22 @@ def test_float32_logits_of_a_64_token_prompt_match_transformers(lm, reference):
 
 
 @pytest.fixture(scope='module')
-def greedy(lm, reference):
-  """(prompt [1, S], our greedy tokens, transformers' greedy tokens)."""
+def ours(lm):
+  """(prompt [1, S], our greedy tokens)."""
   model, tok = lm
   prompt = np.asarray([tok.apply_chat_template(CHAT)], np.int32)
   out = specdec.autoregressive_sample(model, jnp.asarray(prompt), jax.random.key(0),
                                       max_new_tokens=NEW_TOKENS, sampling=GREEDY,
                                       eos_id=tok.eos_id)
-  ours = np.asarray(out.tokens[0, :int(out.lengths[0])]).tolist()
-  return prompt, ours, _hf_greedy(reference, prompt, tok.eos_id)
+  return prompt, np.asarray(out.tokens[0, :int(out.lengths[0])]).tolist()
+
+
+@pytest.fixture(scope='module')
+def greedy(lm, ours, reference):
+  """(prompt [1, S], our greedy tokens, transformers' greedy tokens)."""
+  _, tok = lm
+  prompt, tokens = ours
+  return prompt, tokens, _hf_greedy(reference, prompt, tok.eos_id)
 
 
 @pytest.mark.slow  # ~15 s of transformers' generate; the logits test covers parity.
@@ -158,9 +165,9 @@ def test_64_greedy_tokens_equal_transformers_greedy_generate(lm, greedy):
 
 
 def test_greedy_speculative_decoding_with_a_random_tiny_llama_draft_equals_greedy(
-    lm, greedy):
+    lm, ours):
   model, tok = lm
-  prompt, ours, _ = greedy
+  prompt, ours = ours
   cfg = llama.tiny_config(vocab_size=model.vocab_size, hidden_size=32,
                           intermediate_size=64, num_layers=1,
                           max_position_embeddings=model.config.max_position_embeddings)
@@ -174,9 +181,9 @@ def test_greedy_speculative_decoding_with_a_random_tiny_llama_draft_equals_greed
 
 
 def test_greedy_speculative_decoding_with_a_bigram_draft_equals_greedy_and_accepts(
-    lm, greedy):
+    lm, ours):
   model, tok = lm
-  prompt, ours, _ = greedy
+  prompt, ours = ours
   # A bigram of the target's own continuation: a draft that is often right, so that
   # acceptances, full accepts and rejections all occur.
   draft = ngram.Bigram.from_corpus([prompt[0].tolist() + ours], model.vocab_size,
