@@ -15,7 +15,7 @@ _SPEC.loader.exec_module(bench_verify)
 
 
 def test_costs_and_the_perfect_draft_bound():
-  result = bench_verify.measure("multi30k_ende", "draft", max_chunk=3, rounds=1, steps=2)
+  result = bench_verify.measure("multi30k_ende", "draft", max_chunk=2, rounds=1, steps=2)
   assert result["t_q_ms"] > 0 and result["t_q2_ms"] > 0
   assert set(result["strategies"]) == {"target, one product", "target, per position",
                                        "target, packed"}
@@ -25,7 +25,7 @@ def test_costs_and_the_perfect_draft_bound():
       result["weight_bytes"] / result["roofline_ms"] / 1e6)
   for s in result["strategies"].values():
     rows = s["rows"]
-    assert [r["k"] for r in rows] == [1, 2, 3]
+    assert [r["k"] for r in rows] == [1, 2]
     assert rows[0]["v"] == 1.0 and "speedup_bound_alpha1" not in rows[0]
     assert s["c"] == pytest.approx(result["t_q_ms"] / s["t1_ms"])
     for r in rows[1:]:
