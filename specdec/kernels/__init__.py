@@ -191,3 +191,33 @@ def packed_matmul(x: Array, packed: Array, n: int) -> Array:
   if use_kernel(x, packed):
     return _kernel(x, packed, n)
   return _xla_packed(x, packed, n)
+
+
+# The Flax variable collection that holds a model's packed weights, under the same
+# module paths as the matrices they copy (`specdec.models.llama.pack_params`,
+# `specdec.models.t5.pack_params`).
+PACKED = "packed"
+
+
+def packed_variable(module, name: str) -> Array | None:
+  """`module`'s packed copy of its parameter `name`, or None where the model was
+  applied without a `packed` collection."""
+  if module.has_variable(PACKED, name):
+    return module.get_variable(PACKED, name)
+  return None
+
+
+@jax.jit
+def _pack_all(matrices: dict[str, Array]) -> dict[str, Array]:
+  return jax.tree.map(pack, matrices)
+
+
+def pack_tree(matrices: dict[str, tuple[Array, bool]]) -> dict:
+  """The `packed` collection of {'a/b/kernel': (w, transposed)}: each w [in, out]
+  (or [out, in] where transposed, e.g. a tied embedding, packed as its transpose)
+  packed by `pack`, nested by the '/'-separated paths. One compiled program."""
+  from flax import traverse_util  # pylint: disable=g-import-not-at-top
+  flat = {name: jnp.asarray(w).T if transposed else w
+          for name, (w, transposed) in matrices.items()}
+  return traverse_util.unflatten_dict(_pack_all(flat), sep="/")
+

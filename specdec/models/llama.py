@@ -334,16 +334,6 @@ def _kernel_init(scale: float = 1.0) -> Initializer:
   return nn.initializers.variance_scaling(scale, 'fan_in', 'normal')
 
 
-# The variable collection of the weights' tile-major copies (`pack_params`).
-PACKED = 'packed'
-
-
-def _packed(module: nn.Module, name: str) -> Array | None:
-  if module.has_variable(PACKED, name):
-    return module.get_variable(PACKED, name)
-  return None
-
-
 class Dense(nn.Module):
   """A bias-free linear map with a 2-D `kernel` [in, out] (T5X's layout).
 
@@ -363,7 +353,8 @@ class Dense(nn.Module):
   def __call__(self, x: Array) -> Array:
     kernel = param_with_axes('kernel', _kernel_init(), (x.shape[-1], self.features),
                              jnp.float32, axes=self.kernel_axes)
-    y = packed_product(x, _packed(self, 'kernel'), self.features, self.dtype)
+    y = packed_product(x, kernels.packed_variable(self, 'kernel'), self.features,
+                       self.dtype)
     if y is not None:
       return y
     if self.float32_output:
@@ -555,8 +546,8 @@ class Embed(nn.Module):
 
   def attend(self, y: Array) -> Array:
     """y [..., d] -> float32 logits [..., V] through the transposed table."""
-    logits = packed_product(y, _packed(self, 'embedding'), self.num_embeddings,
-                            self.dtype)
+    logits = packed_product(y, kernels.packed_variable(self, 'embedding'),
+                            self.num_embeddings, self.dtype)
     if logits is not None:
       return logits
     return output_logits_tied(y, self.embedding, self.dtype)
@@ -663,7 +654,7 @@ def state_logical_axes(state: LlamaState) -> LlamaState:
 def _variables(params: Any, packed: Any) -> dict[str, Any]:
   if packed is None:
     return {'params': params}
-  return {'params': params, PACKED: packed}
+  return {'params': params, kernels.PACKED: packed}
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -679,11 +670,6 @@ def _extend(cfg: LlamaConfig, params: Any, tokens: Array, lengths: Array,
             ) -> tuple[Array | None, tuple[tuple[Array, Array], ...]]:
   return Transformer(cfg).apply(_variables(params, packed), tokens, lengths, caches,
                                 logits=logits, method=Transformer.extend)
-
-
-@jax.jit
-def _pack_tree(matrices: dict[str, Any]) -> dict[str, Any]:
-  return jax.tree.map(kernels.pack, matrices)
 
 
 def decode_matrices(cfg: LlamaConfig, params: Any) -> dict[str, tuple[Array, bool]]:
@@ -712,9 +698,7 @@ def pack_params(cfg: LlamaConfig, params: Any) -> dict[str, Any]:
   the unpacked product up to float32 rounding. It holds a second float32 copy of the
   weights (about the model's size again).
   """
-  matrices = {name: jnp.asarray(w).T if transposed else w
-              for name, (w, transposed) in decode_matrices(cfg, params).items()}
-  return traverse_util.unflatten_dict(_pack_tree(matrices), sep='/')
+  return kernels.pack_tree(decode_matrices(cfg, params))
 
 
 def _is_concrete(x: Any) -> bool:

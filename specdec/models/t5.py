@@ -270,16 +270,6 @@ def make_decoder_mask(decoder_target_tokens: Array,
 # ------------------------------------------------------------------------------
 # Layers.
 # ------------------------------------------------------------------------------
-# The variable collection of the decoder weights' tile-major copies (`pack_params`).
-PACKED = 'packed'
-
-
-def _packed(module: nn.Module, name: str) -> Array | None:
-  if module.has_variable(PACKED, name):
-    return module.get_variable(PACKED, name)
-  return None
-
-
 class DenseGeneral(nn.Module):
   """A bias-free linear map over `axis`, with T5X's 2-D `kernel` [prod(in), prod(out)].
 
@@ -308,7 +298,7 @@ class DenseGeneral(nn.Module):
                              (int(np.prod(in_shape)), int(np.prod(features))),
                              jnp.float32, axes=self.kernel_axes)
     lead = inputs.ndim - len(axis)
-    packed = _packed(self, 'kernel')
+    packed = kernels.packed_variable(self, 'kernel')
     if packed is not None and axis == tuple(range(lead, inputs.ndim)):
       flat = inputs.reshape(inputs.shape[:lead] + (-1,))
       if kernels.use_kernel(flat, packed):
@@ -370,7 +360,7 @@ class Embed(nn.Module):
 
   def attend(self, query: Array) -> Array:
     """query: [..., features] -> [..., num_embeddings], in `attend_dtype`."""
-    packed = _packed(self, 'embedding')
+    packed = kernels.packed_variable(self, 'embedding')
     query = jnp.asarray(query, self.attend_dtype)
     if packed is not None and kernels.use_kernel(query, packed):
       return kernels.packed_matmul(query, packed, self.num_embeddings)
@@ -998,11 +988,6 @@ def param_count(cfg: T5Config) -> int:
 # ------------------------------------------------------------------------------
 # The DecodeModel.
 # ------------------------------------------------------------------------------
-@jax.jit
-def _pack_tree(matrices: dict[str, Any]) -> dict[str, Any]:
-  return jax.tree.map(kernels.pack, matrices)
-
-
 def decode_matrices(cfg: T5Config, params: Any) -> dict[str, tuple[Array, bool]]:
   """{path: (matrix, transposed)}: every weight matrix a decoder step reads once per
   token: each decoder layer's self-attention query, key, value and out, the
@@ -1032,9 +1017,7 @@ def pack_params(cfg: T5Config, params: Any) -> dict[str, Any]:
   per decoder call of up to `specdec.kernels.MAX_ROWS` tokens on a CPU. The numbers
   are those of the unpacked products up to float32 rounding of the sums' order.
   """
-  matrices = {name: jnp.asarray(w).T if transposed else w
-              for name, (w, transposed) in decode_matrices(cfg, params).items()}
-  return traverse_util.unflatten_dict(_pack_tree(matrices), sep='/')
+  return kernels.pack_tree(decode_matrices(cfg, params))
 
 
 @flax.struct.dataclass
@@ -1126,7 +1109,7 @@ class T5:
                        f'encoder, decoder), not a variables dict; got {found}')
     variables = {'params': self.params}
     if self.packed is not None:
-      variables[PACKED] = self.packed
+      variables[kernels.PACKED] = self.packed
     return self.module.apply(variables, *args, method=method, **kwargs)
 
   def with_packed_weights(self) -> 'T5':
