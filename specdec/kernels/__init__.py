@@ -220,4 +220,3 @@ def pack_tree(matrices: dict[str, tuple[Array, bool]]) -> dict:
   flat = {name: jnp.asarray(w).T if transposed else w
           for name, (w, transposed) in matrices.items()}
   return traverse_util.unflatten_dict(_pack_all(flat), sep="/")
-
