@@ -21,7 +21,7 @@ demo: $(VENV)/.installed
 	$(PY) -m specdec.demo
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 bench: $(VENV)/.installed
 	$(PY) scripts/bench_sampler.py

@@ -38,6 +38,7 @@ def tiny_run(tmp_path_factory):
     return json.load(f), out, proc.stdout
 
 
+@pytest.mark.slow  # ~40 s: scripts/benchmark.py end to end in a subprocess; -m slow.
 def test_benchmark_json_has_every_field(tiny_run):
   result, out, stdout = tiny_run
   assert {"config", "alpha", "baseline", "rows", "best", "compiles", "seconds"} <= set(result)
@@ -63,6 +64,7 @@ def test_benchmark_json_has_every_field(tiny_run):
   assert "Table 2 layout" in stdout
 
 
+@pytest.mark.slow  # ~40 s: scripts/benchmark.py end to end in a subprocess; -m slow.
 def test_benchmark_predictions_recomputed_from_theory(tiny_run):
   result, _, _ = tiny_run
   for r in result["rows"]:
