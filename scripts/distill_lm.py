@@ -783,18 +783,16 @@ def model_card(info: dict[str, Any]) -> str:
             f'{v:.2f}x' for v in sweep['predicted'][key].values()) + ' |')
   history = t['history']
   best = min(history, key=lambda h: h['val_loss'])
-  still_falling = best['step'] == history[-1]['step'] or (
-      history[-1]['val_loss'] - best['val_loss'] < 0.01)
-  if still_falling:
+  more_data = ('more target decodes (`--generate_minutes`, `--num_greedy`, '
+               '`--num_sampled`; the caches resume)')
+  if history[-1]['val_loss'] - best['val_loss'] < 0.01:  # ended at (or near) its best
     verdict = ('and was still falling at the last step ('
                f'{history[-1]["val_loss"]:.3f} at step {history[-1]["step"]}), so '
                'more steps over the same data are the first thing to add '
-               '(`--train_minutes`), then more target decodes (`--generate_minutes`, '
-               '`--num_greedy`, `--num_sampled`; the caches resume)')
+               f'(`--train_minutes`), then {more_data}')
   else:
-    verdict = ('and rose after, so it is limited by data rather than steps: more '
-               'target decodes are the first thing to add (`--generate_minutes`, '
-               '`--num_greedy`, `--num_sampled`; the caches resume)')
+    verdict = ('and rose after, so it is limited by data rather than steps: '
+               f'{more_data} are the first thing to add')
   lines += ['', '## Limitations', '',
             f'The draft saw {t["response_tokens"]:,} response tokens '
             f'({t["sequences"]} target decodes, as many as the target could decode in '
