@@ -53,7 +53,7 @@ from absl import app, flags
 
 import specdec
 from specdec import benchmarking, checkpoints, lm_prompts, pretrained, theory
-from specdec.models import llama
+from specdec.models import llama, shortlist
 
 NAME = 'smollm2_135m_instruct'
 STAGES = ('time', 'generate', 'soft', 'train', 'package', 'evaluate', 'card')
@@ -81,7 +81,12 @@ _WINDOW = flags.DEFINE_integer('window', 256, 'Prompts sorted by length together
                                'the unit of the caches).')
 _MAX_NEW = flags.DEFINE_integer('max_new_tokens', 96, 'Tokens per target decode.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Sampling keys, data order, initialisation.')
-_DRAFT = flags.DEFINE_string('draft_config', 'smollm2_draft', 'A llama.CONFIGS name.')
+_DRAFT = flags.DEFINE_string('draft_config', 'smollm2_draft',
+                             "A llama.CONFIGS name, or 'd<width>_l<layers>' "
+                             '(`candidate_config`).')
+_SHORTLIST = flags.DEFINE_integer('shortlist', 0, 'If > 0: the draft predicts only '
+                                  'the N tokens most frequent in the training '
+                                  'responses (`specdec.models.shortlist`).')
 _CANDIDATES = flags.DEFINE_list('candidates', ['d128_l1', 'd192_l1', 'd256_l1',
                                                'd256_l2'],
                                 "`time`: shapes 'd<width>_l<layers>' (heads of 64).")
@@ -299,12 +304,34 @@ def svd_embedding(target_embedding: np.ndarray, width: int) -> np.ndarray:
 
 
 def init_draft_params(cfg: llama.LlamaConfig, target_params: Any, how: str,
-                      seed: int) -> dict[str, Any]:
+                      seed: int, ids: np.ndarray | None = None) -> dict[str, Any]:
+  """Random weights; with 'svd' the embedding from the target's (`svd_embedding`),
+  with a shortlist `ids` its rows, then the mean of the other rows for OTHER."""
   params = jax.tree.map(np.asarray, llama.random_params(cfg, seed))
   if how == 'svd':
-    params['token_embedder']['embedding'] = svd_embedding(
-        target_params['token_embedder']['embedding'], cfg.hidden_size)
+    embedding = svd_embedding(target_params['token_embedder']['embedding'],
+                              cfg.hidden_size)
+    if ids is not None:
+      off = np.ones((len(embedding),), bool)
+      off[ids] = False
+      embedding = np.concatenate([embedding[ids], embedding[off].mean(0)[None]])
+    params['token_embedder']['embedding'] = embedding
   return params
+
+
+def shortlist_ids(data: Sequence[tuple], size: int, keep: Sequence[int]) -> np.ndarray:
+  """The `size` tokens most frequent in the training responses (ties by id), the
+  ids of `keep` (EOS, padding) first."""
+  counts = np.bincount(np.concatenate([e[1] for e in data]), minlength=max(keep) + 1)
+  order = [int(i) for i in np.argsort(-counts, kind='stable') if counts[i] > 0]
+  ids = list(dict.fromkeys([int(k) for k in keep] + order))[:size]
+  return np.asarray(ids, np.int32)
+
+
+def map_examples(data: Sequence[tuple], index: np.ndarray) -> list[tuple]:
+  """Examples in shortlist ids (`specdec.models.shortlist.index_map`)."""
+  return [(index[p], index[r], None if soft is None else (soft[0], index[soft[1]]))
+          for p, r, soft in data]
 
 
 def final_hidden(cfg: llama.LlamaConfig, params: Any, tokens: jax.Array) -> jax.Array:
@@ -483,8 +510,8 @@ def steps_for_minutes(cfg, params, data, response_length: int, pad_id: int,
   return steps
 
 
-def train(cfg, target_params, data, validation, out_dir: str, pad_id: int
-          ) -> dict[str, Any]:
+def train(cfg, target_params, data, validation, out_dir: str, pad_id: int,
+          ids: np.ndarray | None = None) -> dict[str, Any]:
   """Trains the draft; resumes from out_dir/train/state.msgpack; returns a summary."""
   directory = os.path.join(out_dir, 'train')
   os.makedirs(directory, exist_ok=True)
@@ -494,7 +521,7 @@ def train(cfg, target_params, data, validation, out_dir: str, pad_id: int
   top_k = _TOP_K.value if any(e[2] is not None for e in data) else 0
   log(f'{sum(e[2] is not None for e in data)} of {len(data)} sequences have soft '
       f'targets; top_k {top_k}, soft weight {_SOFT_WEIGHT.value}')
-  params = init_draft_params(cfg, target_params, _EMB_INIT.value, _SEED.value)
+  params = init_draft_params(cfg, target_params, _EMB_INIT.value, _SEED.value, ids)
   params = jax.tree.map(jnp.asarray, params)
   steps = _STEPS.value
   steps_file = os.path.join(directory, 'steps.json')
@@ -906,7 +933,12 @@ def main(argv):
         time.perf_counter() - started) / 60, 1)
     write_json(summary_file, summary)
 
-  cfg = llama.CONFIGS[_DRAFT.value]
+  cfg = (llama.CONFIGS[_DRAFT.value] if _DRAFT.value in llama.CONFIGS
+         else candidate_config(_DRAFT.value, target.vocab_size))
+  shortlist_file = os.path.join(out_dir, 'train', 'shortlist.json')
+  ids = None
+  if _SHORTLIST.value:
+    cfg = dataclasses.replace(cfg, vocab_size=_SHORTLIST.value + 1)
   if 'train' in _STAGES.value:
     data = (examples(load_decodes(dirs['train_t0']))
             + examples(load_decodes(dirs['train_t1'])))
@@ -915,8 +947,26 @@ def main(argv):
     log(f'training on {len(data)} sequences '
         f'({sum(len(e[1]) for e in data)} response tokens), validating on '
         f'{len(validation)}')
+    pad_id = target.pad_id
+    if _SHORTLIST.value:
+      if os.path.exists(shortlist_file):  # a resumed run keeps its list
+        with open(shortlist_file) as f:
+          ids = np.asarray(json.load(f)['ids'], np.int32)
+      else:
+        ids = shortlist_ids(data, _SHORTLIST.value, [tok.eos_id, tok.pad_id])
+        os.makedirs(os.path.dirname(shortlist_file), exist_ok=True)
+        write_json(shortlist_file, dict(ids=ids.tolist()))
+      index = shortlist.index_map(ids, target.vocab_size)
+      covered = lambda d: float(np.mean(np.concatenate([index[e[1]] < len(ids)
+                                                        for e in d])))
+      log(f'shortlist of {len(ids)}: covers {covered(data):.4f} of the training '
+          f'response tokens, {covered(validation):.4f} of the validation ones')
+      summary['shortlist_coverage'] = dict(train=covered(data),
+                                           validation=covered(validation))
+      data, validation = map_examples(data, index), map_examples(validation, index)
+      pad_id = int(index[target.pad_id])
     summary['training'] = train(cfg, target.params, data, validation, out_dir,
-                                target.pad_id)
+                                pad_id, ids)
     write_json(summary_file, summary)
 
   ship = _SHIP.value
@@ -928,6 +978,12 @@ def main(argv):
     params = jax.tree.map(lambda x: np.asarray(x).astype(jnp.bfloat16), params)
     checkpoints.save_hf_llama(draft_dir, dataclasses.replace(cfg, dtype=jnp.bfloat16),
                               params)
+    listed = os.path.join(draft_dir, pretrained.SHORTLIST_FILE)
+    if _SHORTLIST.value:
+      with open(shortlist_file) as f:
+        write_json(listed, dict(ids=json.load(f)['ids']))
+    elif os.path.exists(listed):
+      os.remove(listed)
     with open(os.path.join(ship, 'eval_prompts.jsonl'), 'w') as f:
       for p in eval_prompts:
         f.write(json.dumps(p.to_json(), ensure_ascii=False) + '\n')
@@ -951,6 +1007,9 @@ def main(argv):
                     config=config_json(target.config)),
         draft=dict(config=config_json(cfg), checkpoint='draft',
                    config_name=_DRAFT.value, params=llama.param_count(cfg),
+                   shortlist=_SHORTLIST.value or None,
+                   shortlist_coverage=summary.get('shortlist_coverage')
+                   if _SHORTLIST.value else None,
                    bytes=bf16_size(draft_dir), dtype='bfloat16', training=training),
         eval_prompts=dict(file='eval_prompts.jsonl', count=len(eval_prompts)),
         data=dict(
@@ -1002,8 +1061,8 @@ def main(argv):
       info = json.load(f)
     # The shipped files as `pretrained.load_pair` loads them (float32, the
     # tokenizer's pad_id), read from --ship_dir.
-    draft_cfg, draft_params = checkpoints.load_hf_llama(draft_dir, dtype=jnp.float32)
-    draft = llama.Llama(draft_cfg, jax.device_put(draft_params), pad_id=tok.pad_id)
+    draft = pretrained.load_lm_draft(draft_dir, target.vocab_size, dtype=jnp.float32,
+                                     pad_id=tok.pad_id)
     eval_t0, eval_t1 = load_decodes(dirs['eval_t0']), load_decodes(dirs['eval_t1'])
     gamma = _GAMMA.value
     metrics = dict(max_new_tokens=_MAX_NEW.value, gamma=gamma)

