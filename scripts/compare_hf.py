@@ -198,12 +198,12 @@ def _target_gguf(pair: str):
   return pretrained.lm_path(pretrained.pair_info(pair).get("target", {}).get("lm", pair))
 
 
-def load_hf_lm_pair(pair: str, draft) -> tuple[Any, Any]:
+def load_hf_lm_pair(pair: str, draft, draft_name: str = "draft") -> tuple[Any, Any]:
   """(hf_target, hf_draft) of a decoder-only shipped pair: the target from the GGUF
-  file of `pretrained.lm_path`, the draft from its shipped transformers directory
-  (`pretrained.lm_draft_path`), checked against specdec's `draft`."""
+  file of `pretrained.lm_path`, the draft `draft_name` from its shipped transformers
+  directory (`pretrained.lm_draft_path`), checked against specdec's `draft`."""
   return (load_hf_gguf(_target_gguf(pair)),
-          load_hf_llama(pretrained.lm_draft_path(pair), draft))
+          load_hf_llama(pretrained.lm_draft_path(pair, draft_name), draft))
 
 
 def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int
@@ -538,10 +538,13 @@ def _write(result: dict[str, Any], pair: str) -> None:
 
 def main_lm(pair: str, num: int) -> dict[str, Any]:
   """The decoder-only pair on its held-out chat prompts (module doc)."""
-  target, draft, tok = pretrained.load_pair(pair)
+  # Assisted generation needs a draft over the target's whole vocabulary: the
+  # shipped one transformers can run (`pretrained.lm_transformers_draft`), for both.
+  draft_name = pretrained.lm_transformers_draft(pair)
+  target, draft, tok = pretrained.load_pair(pair, draft=draft_name)
   messages = list(pretrained.lm_eval_prompts(pair))[:num]
   # transformers gets the draft's weights checked against the unpacked model.
-  hf_target, hf_draft = load_hf_lm_pair(pair, draft)
+  hf_target, hf_draft = load_hf_lm_pair(pair, draft, draft_name)
   if _LM_PACKED.value:
     target, draft = target.with_packed_weights(), draft.with_packed_weights()
   ids = [tok.apply_chat_template([{"role": "user", "content": m}],
@@ -556,7 +559,9 @@ def main_lm(pair: str, num: int) -> dict[str, Any]:
                                 target=target.packed is not None,
                                 draft=draft.packed is not None),
                             hf_target_source=str(_target_gguf(pair)),
-                            hf_draft_source=str(pretrained.lm_draft_path(pair)))
+                            draft=draft_name,
+                            hf_draft_source=str(pretrained.lm_draft_path(pair,
+                                                                         draft_name)))
   result["examples"] = [dict(prompt=m, output=tok.decode(t, skip_special_tokens=True))
                         for m, t in zip(messages[:3], result["reference_tokens"])]
   return result

@@ -708,6 +708,46 @@ def soft_words(training: dict[str, Any]) -> str:
   return words
 
 
+def vocabulary_words(d: dict[str, Any]) -> str:
+  if not d.get('shortlist'):
+    return f'vocabulary {d["config"]["vocab_size"]} (the target\'s tokenizer)'
+  cover = d.get('shortlist_coverage') or {}
+  words = (f'output over a shortlist of the {d["shortlist"]} tokens most frequent in '
+           'the training responses, input over those and one id for every other '
+           f'token (vocabulary {d["config"]["vocab_size"]}; `shortlist.json`, '
+           '`specdec.models.shortlist`: q = 0 off the list, which Algorithm 1 allows')
+  if cover:
+    words += (f'; the list holds {cover["train"]:.1%} of the training and '
+              f'{cover["validation"]:.1%} of the validation response tokens')
+  return words + ')'
+
+
+# A section of MODEL_CARD.md written by hand (quiet-machine benchmarks), kept when
+# the card is regenerated.
+KEPT_SECTION = '## Measured on a quiet machine'
+
+
+def kept_section(old_card: str) -> str:
+  """The hand-written KEPT_SECTION of an existing card ('' if none)."""
+  if KEPT_SECTION not in old_card:
+    return ''
+  rest = old_card[old_card.index(KEPT_SECTION):]
+  end = rest.find('\n## ', len(KEPT_SECTION))
+  return (rest if end < 0 else rest[:end]).rstrip() + '\n'
+
+
+def write_card(ship: str, info: dict[str, Any]) -> None:
+  """MODEL_CARD.md from `info`, keeping the old card's KEPT_SECTION before
+  '## Limitations'."""
+  path = os.path.join(ship, 'MODEL_CARD.md')
+  old = pathlib.Path(path).read_text() if os.path.exists(path) else ''
+  card, kept = model_card(info), kept_section(old)
+  if kept:
+    card = card.replace('## Limitations', kept + '\n## Limitations', 1)
+  with open(path, 'w') as f:
+    f.write(card)
+
+
 def model_card(info: dict[str, Any]) -> str:
   """MODEL_CARD.md from pair.json's facts and measurements (none typed in here)."""
   d, t, m = info['draft'], info['draft']['training'], info.get('metrics', {})
@@ -730,7 +770,7 @@ def model_card(info: dict[str, Any]) -> str:
       f'| architecture | Llama, d {cfg["hidden_size"]}, {cfg["num_layers"]} layers, '
       f'{cfg["num_heads"]} heads x {cfg["head_dim"]} ({cfg["num_kv_heads"]} key/value), '
       f'SwiGLU {cfg["intermediate_size"]}, RoPE base {cfg["rope_theta"]:g}, tied '
-      f'embedding, vocabulary {cfg["vocab_size"]} (the target\'s tokenizer) |',
+      f'embedding, {vocabulary_words(d)} |',
       f'| parameters | {d["params"]:,} |',
       f'| size on disk | {d["bytes"]:,} bytes (bfloat16 safetensors + config.json) |',
       f'| initialisation | embedding: {t["embedding_init_words"]}; the rest random |',
@@ -826,8 +866,9 @@ def model_card(info: dict[str, Any]) -> str:
             'the time given on a shared 2-core CPU) for '
             f'{t["epochs"]} epochs; its validation loss was lowest at step '
             f'{best["step"]} ({best["val_loss"]:.3f}) {verdict}. A draft of this '
-            'size (d 128, 2 layers) on this much data stays far from the paper\'s '
-            'alpha 0.88 (a 6M draft trained on all of lm1b).']
+            f'size (d {cfg["hidden_size"]}, {cfg["num_layers"]} layers) on this much '
+            'data stays far from the paper\'s alpha 0.88 (a 6M draft trained on all '
+            'of lm1b).']
   if 'candidates' in info:
     lines += ['', '## Choosing the shape', '',
               'One draft `extend` of one token against the target\'s, random weights, '
@@ -851,7 +892,19 @@ def model_card(info: dict[str, Any]) -> str:
             '    gamma=4, max_new_tokens=64, eos_id=tok.eos_id,',
             '    sampling=specdec.SamplingConfig(temperature=0.0))',
             '```', '',
-            'transformers: `LlamaForCausalLM.from_pretrained(pretrained.lm_draft_path())`.']
+            'transformers: `LlamaForCausalLM.from_pretrained(pretrained.lm_draft_path())`'
+            + (' loads the network over the shortlist\'s ids (map ids with '
+               '`shortlist.json`; `specdec.models.shortlist`).' if d.get('shortlist')
+               else '.')]
+  if 'draft_full' in info:
+    f = info['draft_full']
+    lines += ['', '## The full-vocabulary draft (`draft_full/`)', '',
+              f'The previous draft, kept for transformers\' assisted generation '
+              f'(`scripts/compare_hf.py`), which needs the target\'s vocabulary: '
+              f'd {f["config"]["hidden_size"]}, {f["config"]["num_layers"]} layers, '
+              f'{f["params"]:,} parameters, {f["bytes"] / 1e6:.1f} MB; teacher-forced '
+              f'alpha {f["alpha"]["0"]:.3f} / {f["alpha"]["1"]:.3f} at temperatures 0 '
+              '/ 1 on the same prompts. `pretrained.load_pair(name, draft="draft_full")`.']
   lines += ['', 'Licence: the draft is derived from SmolLM2-135M-Instruct (Apache-2.0) '
             'outputs on the data above; the data terms above apply.', '']
   return '\n'.join(lines)
@@ -1049,11 +1102,11 @@ def main(argv):
     if os.path.exists(pair_file):
       with open(pair_file) as f:
         old = json.load(f)
-      if 'metrics' in old and old['draft']['bytes'] == info['draft']['bytes']:
-        pass  # re-packaged weights invalidate measurements: evaluate again below.
+      # Other shipped drafts (`draft_full`) stay; the new draft's measurements
+      # come from `evaluate`.
+      info.update({k: v for k, v in old.items() if k.startswith('draft_')})
     write_json(pair_file, info)
-    with open(os.path.join(ship, 'MODEL_CARD.md'), 'w') as f:
-      f.write(model_card(info))
+    write_card(ship, info)
     log(f'packaged {draft_dir} ({info["draft"]["bytes"]:,} bytes)')
 
   if 'evaluate' in _STAGES.value:
@@ -1096,8 +1149,7 @@ def main(argv):
     log(f'costs: {costs}')
     info['metrics'] = metrics
     write_json(pair_file, info)
-    with open(os.path.join(ship, 'MODEL_CARD.md'), 'w') as f:
-      f.write(model_card(info))
+    write_card(ship, info)
     log('evaluated')
 
   if 'card' in _STAGES.value:
@@ -1110,8 +1162,7 @@ def main(argv):
                                          m['teacher_forced_alpha'])
     info['best_gamma'] = best_gamma(m['gamma_sweep'])
     write_json(pair_file, info)
-    with open(os.path.join(ship, 'MODEL_CARD.md'), 'w') as f:
-      f.write(model_card(info))
+    write_card(ship, info)
     log(f'card rewritten; best gamma {info["best_gamma"]}')
 
 

@@ -320,6 +320,16 @@ def lm_draft_path(name: str = "smollm2_135m_instruct", draft: str = "draft"
   return path / pair_info(name)[draft]["checkpoint"]
 
 
+def lm_transformers_draft(name: str = "smollm2_135m_instruct") -> str:
+  """The first shipped draft of a decoder-only pair over the target's whole
+  vocabulary (no `shortlist.json`): the one transformers' assisted generation can
+  run as it is."""
+  for draft in drafts(name):
+    if not (lm_draft_path(name, draft) / SHORTLIST_FILE).exists():
+      return draft
+  raise ValueError(f"name: {name!r} ships no full-vocabulary draft")
+
+
 def load_lm_pair_model(name: str, which: str, dtype=jnp.float32, pad_id: int | None = None):
   """One model of a decoder-only pair: 'target' (`load_lm` of the pair's target, a
   `llama.Llama`) or a draft (`load_lm_draft`: its bfloat16 weights cast to `dtype`,

@@ -219,8 +219,9 @@ def test_the_shipped_lm_pair_loads_in_transformers_with_the_same_weights():
     pretrained.lm_path(compare_hf.LM_PAIR, verify=False)
   except (AttributeError, FileNotFoundError, ValueError, KeyError) as e:
     pytest.skip(f"the shipped pair {compare_hf.LM_PAIR} is not here: {e}")
-  target, draft, tok = pretrained.load_pair(compare_hf.LM_PAIR)
-  hf_target, hf_draft = compare_hf.load_hf_lm_pair(compare_hf.LM_PAIR, draft)
+  name = pretrained.lm_transformers_draft(compare_hf.LM_PAIR)
+  target, draft, tok = pretrained.load_pair(compare_hf.LM_PAIR, draft=name)
+  hf_target, hf_draft = compare_hf.load_hf_lm_pair(compare_hf.LM_PAIR, draft, name)
   ids = tok.apply_chat_template(
       [{"role": "user", "content": pretrained.lm_eval_prompts(compare_hf.LM_PAIR)[0]}])
   prompts = compare_hf.pad_prompts([ids], target.pad_id, 32)
