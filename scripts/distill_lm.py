@@ -109,6 +109,9 @@ _SOFT_WEIGHT = flags.DEFINE_float('soft_weight', 0.5, 'Weight of the soft-target
                                   'cross-entropy (the rest: the sampled tokens).')
 _SOFT_MINUTES = flags.DEFINE_float('soft_minutes', 6.0, '`soft`: time budget.')
 _EVAL_EVERY = flags.DEFINE_integer('eval_every', 100, 'Steps between validations.')
+_PATIENCE = flags.DEFINE_integer('patience', 2, 'Stop after this many validations in '
+                                 'a row above the best one (0: never); the draft '
+                                 'shipped is the one of the best validation loss.')
 _CKPT_EVERY = flags.DEFINE_integer('checkpoint_every', 50, 'Steps between checkpoints.')
 
 GREEDY = specdec.SamplingConfig(temperature=0.0)
@@ -533,6 +536,7 @@ def train(cfg, target_params, data, validation, out_dir: str, pad_id: int,
                               _TRAIN_MINUTES.value)
   with open(steps_file, 'w') as f:
     json.dump(dict(steps=steps), f)
+  planned_steps = steps
   tx = optimizer(steps, _LR.value, _WARMUP.value, _WD.value)
   opt_state = tx.init(params)
   state = dict(params=params, opt_state=opt_state, step=0, seconds=0.0)
@@ -555,6 +559,7 @@ def train(cfg, target_params, data, validation, out_dir: str, pad_id: int,
     log(f'step 0: validation loss {val:.3f}')
   losses = []
   started = time.perf_counter() - seconds
+  best_file = os.path.join(directory, 'best_params.msgpack')
   for step in range(first + 1, steps + 1):
     params, opt_state, loss = step_fn(params, opt_state, next(batches))
     losses.append(float(loss))
@@ -566,6 +571,14 @@ def train(cfg, target_params, data, validation, out_dir: str, pad_id: int,
       history.append(dict(step=step, train_loss=float(np.mean(losses[-50:])),
                           val_loss=val, seconds=time.perf_counter() - started))
       log(f'step {step}: validation loss {val:.3f}')
+      if val <= min(h['val_loss'] for h in history):
+        with open(best_file + '.tmp', 'wb') as f:
+          f.write(flax.serialization.to_bytes(jax.tree.map(np.asarray, params)))
+        os.replace(best_file + '.tmp', best_file)
+      if stopped(history, _PATIENCE.value):
+        log(f'step {step}: validation loss above its best for {_PATIENCE.value} '
+            'validations in a row; stopping')
+        steps = step
     if step % _CKPT_EVERY.value == 0 or step == steps:
       state = dict(params=params, opt_state=opt_state, step=step,
                    seconds=time.perf_counter() - started)
@@ -574,17 +587,40 @@ def train(cfg, target_params, data, validation, out_dir: str, pad_id: int,
       os.replace(state_file + '.tmp', state_file)
       with open(history_file, 'w') as f:
         json.dump(history, f, indent=1)
-  with open(os.path.join(directory, 'params.msgpack'), 'wb') as f:
-    f.write(flax.serialization.to_bytes(jax.tree.map(np.asarray, params)))
-  return dict(steps=steps, batch_size=_BATCH.value, learning_rate=_LR.value,
+    if step == steps:
+      break
+  return finish_training(directory, history, planned_steps, data, top_k)
+
+
+def stopped(history: Sequence[dict[str, Any]], patience: int) -> bool:
+  """True when the last `patience` validations are all above the best before them."""
+  if patience < 1 or len(history) <= patience:
+    return False
+  best_before = min(h['val_loss'] for h in history[:-patience])
+  return all(h['val_loss'] > best_before for h in history[-patience:])
+
+
+def finish_training(directory: str, history: Sequence[dict[str, Any]],
+                    planned_steps: int, data: Sequence[tuple], top_k: int
+                    ) -> dict[str, Any]:
+  """params.msgpack = the parameters of the best validation (best_params.msgpack);
+  the training summary."""
+  if os.path.exists(os.path.join(directory, 'best_params.msgpack')):  # else: done
+    os.replace(os.path.join(directory, 'best_params.msgpack'),
+               os.path.join(directory, 'params.msgpack'))
+  best = min(history, key=lambda h: h['val_loss'])
+  steps = best['step']
+  return dict(steps=steps, planned_steps=planned_steps,
+              stopped_at=history[-1]['step'], batch_size=_BATCH.value,
+              learning_rate=_LR.value,
               warmup_steps=_WARMUP.value, weight_decay=_WD.value,
               embedding_init=_EMB_INIT.value,
               soft_targets=dict(sequences=sum(e[2] is not None for e in data),
                                 top_k=top_k, weight=_SOFT_WEIGHT.value if top_k else 0.0),
               sequences=len(data), response_tokens=sum(len(e[1]) for e in data),
               epochs=round(steps * _BATCH.value / len(data), 2),
-              minutes=round(history[-1]['seconds'] / 60, 1),
-              final_val_loss=history[-1]['val_loss'], history=history)
+              minutes=round(best['seconds'] / 60, 1),
+              final_val_loss=best['val_loss'], history=list(history))
 
 
 # ------------------------------------------------------------------------------
@@ -775,7 +811,10 @@ def model_card(info: dict[str, Any]) -> str:
       f'| size on disk | {d["bytes"]:,} bytes (bfloat16 safetensors + config.json) |',
       f'| initialisation | embedding: {t["embedding_init_words"]}; the rest random |',
       f'| training | {t["steps"]} steps of {t["batch_size"]} sequences '
-      f'({t["epochs"]} epochs), {t["minutes"]} min on two CPU cores, AdamW (peak '
+      f'({t["epochs"]} epochs), {t["minutes"]} min on two CPU cores'
+      + (f' (the best validation loss of a run stopped at step {t["stopped_at"]}, '
+         f'cosine schedule for {t["planned_steps"]})'
+         if t.get('stopped_at', t['steps']) != t['steps'] else '') + ', AdamW (peak '
       f'{t["learning_rate"]:g}, {t["warmup_steps"]} warm-up steps, cosine decay, '
       f'weight decay {t["weight_decay"]:g}, clipping 1.0), seed {info["seed"]} |',
       f'| loss | {soft_words(t)} |',
@@ -882,6 +921,12 @@ def model_card(info: dict[str, Any]) -> str:
       p = c['predicted']
       lines.append(f'| {name} | {c["params"]:,} | {c["t_q"] * 1e3:.2f} | {c["c"]:.3f} | '
                    f'{p["0.7"]:.2f} / {p["0.8"]:.2f} / {p["0.9"]:.2f} |')
+    if d.get('shortlist'):
+      lines += ['', 'These shapes predict over the whole vocabulary, whose output layer '
+                f'is most of their cost. Over a shortlist of {d["shortlist"]} tokens the '
+                f'output layer is {cfg["vocab_size"] * cfg["hidden_size"]:,} '
+                'parameters, so the shipped draft spends the same budget on a body of '
+                f'width {cfg["hidden_size"]} (t_q and c above).']
   lines += ['', '## Use', '', '```python', 'import jax, jax.numpy as jnp, specdec',
             'from specdec import lm_prompts, pretrained',
             f'target, draft, tok = pretrained.load_pair("{info["name"]}")',

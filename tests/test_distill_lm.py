@@ -1,0 +1,85 @@
+"""scripts/distill_lm.py's pieces around training: early stopping on validation loss,
+the best checkpoint shipped, the shortlist, and the hand-written card section kept."""
+
+import importlib.util
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location(
+    "distill_lm", pathlib.Path(__file__).parents[1] / "scripts" / "distill_lm.py")
+distill_lm = importlib.util.module_from_spec(_SPEC)
+sys.modules["distill_lm"] = distill_lm
+_SPEC.loader.exec_module(distill_lm)
+
+
+def _history(losses, every=100):
+  return [dict(step=i * every, train_loss=0.0, val_loss=v, seconds=60.0 * i)
+          for i, v in enumerate(losses)]
+
+
+@pytest.mark.parametrize("losses, patience, expected", [
+    ([11.5, 5.4, 4.8, 4.4, 4.5, 4.6], 2, True),    # two above the best (4.4)
+    ([11.5, 5.4, 4.8, 4.4, 4.5], 2, False),        # one only
+    ([11.5, 5.4, 4.4, 4.6, 4.3], 2, False),        # a new best resets it
+    ([11.5, 5.4, 4.4, 4.4, 4.4], 2, False),        # equal to the best is not worse
+    ([11.5, 5.4, 4.4, 4.6, 4.7], 0, False),        # patience 0: never
+    ([4.0, 4.1], 2, False),                        # too short to tell
+    ([4.0, 4.1, 4.2], 2, True),
+])
+def test_stopped(losses, patience, expected):
+  assert distill_lm.stopped(_history(losses), patience) is expected
+
+
+def test_finish_training_ships_the_best_validation(tmp_path):
+  distill_lm.flags.FLAGS.mark_as_parsed()
+  (tmp_path / "params.msgpack").write_bytes(b"last")
+  (tmp_path / "best_params.msgpack").write_bytes(b"best")
+  history = _history([11.5, 5.4, 4.38, 4.47, 4.60])
+  data = [(np.arange(3), np.arange(5), None)] * 64
+  out = distill_lm.finish_training(str(tmp_path), history, 1160, data, top_k=0)
+  assert (tmp_path / "params.msgpack").read_bytes() == b"best"
+  assert not (tmp_path / "best_params.msgpack").exists()
+  assert (out["steps"], out["planned_steps"], out["stopped_at"]) == (200, 1160, 400)
+  assert out["final_val_loss"] == 4.38
+  assert out["minutes"] == 2.0
+  assert out["epochs"] == round(200 * distill_lm._BATCH.value / 64, 2)
+
+
+def test_finish_training_without_a_best_file_keeps_params(tmp_path):
+  distill_lm.flags.FLAGS.mark_as_parsed()
+  (tmp_path / "params.msgpack").write_bytes(b"only")
+  out = distill_lm.finish_training(str(tmp_path), _history([5.0, 4.0]), 100,
+                                   [(np.arange(2), np.arange(2), None)], top_k=0)
+  assert (tmp_path / "params.msgpack").read_bytes() == b"only"
+  assert out["steps"] == out["stopped_at"] == 100
+
+
+def test_shortlist_ids_keeps_special_ids_first_then_frequency():
+  data = [(np.array([1]), np.array([7, 7, 7, 5, 5, 9, 2]), None),
+          (np.array([1]), np.array([5, 7, 3, 2]), None)]
+  ids = distill_lm.shortlist_ids(data, size=4, keep=[2, 0])
+  # 2 and 0 (EOS, padding) first, even though 0 never occurs; then 7 (4x), 5 (3x).
+  np.testing.assert_array_equal(ids, [2, 0, 7, 5])
+  assert ids.dtype == np.int32
+  # Ties by id: 3 and 9 occur once each.
+  np.testing.assert_array_equal(distill_lm.shortlist_ids(data, 6, [2]), [2, 7, 5, 3, 9])
+
+
+def test_write_card_keeps_the_hand_written_section(tmp_path, monkeypatch):
+  generated = "# Card\n\n## Data\n\nnew facts\n\n## Limitations\n\nlimits\n"
+  monkeypatch.setattr(distill_lm, "model_card", lambda info: generated)
+  distill_lm.write_card(str(tmp_path), {})
+  card = (tmp_path / "MODEL_CARD.md").read_text()
+  assert card == generated  # nothing to keep on a first card
+  hand = f"{distill_lm.KEPT_SECTION} (by hand)\n\nc = 0.050, 1.2x\n"
+  (tmp_path / "MODEL_CARD.md").write_text(
+      card.replace("## Limitations", hand + "\n## Limitations"))
+  distill_lm.write_card(str(tmp_path), {})
+  card = (tmp_path / "MODEL_CARD.md").read_text()
+  assert card.count(distill_lm.KEPT_SECTION) == 1
+  assert card.index("new facts") < card.index("c = 0.050, 1.2x") < card.index(
+      "## Limitations")
+  assert distill_lm.kept_section("no such section") == ""
