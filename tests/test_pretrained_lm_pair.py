@@ -16,7 +16,7 @@ import pytest
 
 import specdec
 from specdec import checkpoints, lm_prompts, pretrained
-from specdec.models import llama
+from specdec.models import llama, shortlist
 
 NAME = 'smollm2_135m_instruct'
 GREEDY = specdec.SamplingConfig(temperature=0.0)
@@ -29,29 +29,41 @@ def _shipped_eval_records():
   return [json.loads(line) for line in path.read_text(encoding='utf-8').splitlines()]
 
 
-def test_the_pair_is_registered_with_one_draft():
+def test_the_pair_is_registered_with_a_shortlist_draft_and_a_full_one():
   assert NAME in pretrained.PAIRS and NAME in pretrained.LM_PAIRS
-  assert pretrained.drafts(NAME) == ('draft',)
+  assert pretrained.drafts(NAME) == ('draft', 'draft_full')
   assert pretrained.best_draft(NAME, temperature=0.0) == 'draft'
   assert pretrained.best_draft(NAME, temperature=1.0) == 'draft'
+  assert pretrained.lm_transformers_draft(NAME) == 'draft_full'
   info = pretrained.pair_info(NAME)
   assert info['target']['lm'] == NAME
   assert info['target']['gguf'] == pretrained.LMS[NAME].filename
 
 
-def test_the_draft_is_a_small_bfloat16_transformers_llama():
-  path = pretrained.lm_draft_path(NAME)
+@pytest.mark.parametrize('draft, vocab', [('draft', 8193), ('draft_full', 49152)])
+def test_each_draft_is_a_small_bfloat16_transformers_llama(draft, vocab):
+  path = pretrained.lm_draft_path(NAME, draft)
   size = sum(p.stat().st_size for p in path.iterdir() if p.is_file())
   assert size <= MAX_BYTES
   assert {p.name for p in path.iterdir()} >= {'config.json', 'model.safetensors'}
   cfg, params = checkpoints.load_hf_llama(path)  # stored dtypes
-  expected = llama.CONFIGS[pretrained.pair_info(NAME)['draft']['config_name']]
+  expected = llama.CONFIGS[pretrained.pair_info(NAME)[draft]['config_name']]
   assert cfg == expected
-  assert cfg.vocab_size == 49152 and cfg.tie_word_embeddings
+  assert cfg.vocab_size == vocab and cfg.tie_word_embeddings
   leaves = jax.tree_util.tree_leaves(params)
   assert all(x.dtype == jnp.bfloat16 for x in leaves)
   assert sum(x.size for x in leaves) == llama.param_count(cfg) <= 15_000_000
-  assert params['token_embedder']['embedding'].shape == (49152, cfg.hidden_size)
+  assert params['token_embedder']['embedding'].shape == (vocab, cfg.hidden_size)
+
+
+def test_the_shortlist_holds_the_eos_and_pad_ids_and_the_most_frequent_tokens():
+  ids = json.loads((pretrained.lm_draft_path(NAME) / 'shortlist.json').read_text())['ids']
+  assert len(ids) == len(set(ids)) == 8192 and 0 <= min(ids) and max(ids) < 49152
+  assert pretrained.pair_info(NAME)['draft']['shortlist'] == 8192
+  coverage = pretrained.pair_info(NAME)['draft']['shortlist_coverage']
+  assert coverage['train'] > 0.9 and coverage['validation'] > 0.85
+  # SmolLM2's <|im_end|> (id 2, EOS and the tokenizer's padding) ends every response.
+  assert ids[0] == 2
 
 
 def test_eval_prompts_are_held_out_from_training():
@@ -78,7 +90,7 @@ def test_unknown_names_raise():
     pretrained.lm_eval_prompts('multi30k_ende')
   with pytest.raises(ValueError, match='unknown'):
     pretrained.lm_eval_prompts('nope')
-  with pytest.raises(ValueError, match=r"draft must be one of \['draft'\]"):
+  with pytest.raises(ValueError, match=r"draft must be one of \['draft', 'draft_full'\]"):
     pretrained.load_pair(NAME, draft='draft_distilled')
   with pytest.raises(ValueError, match='per_position_logits'):
     pretrained.load_pair(NAME, per_position_logits=6)
@@ -94,20 +106,22 @@ def pair():
   return pretrained.load_pair(NAME)
 
 
-def test_load_pair_gives_two_float32_llamas_and_the_tokenizer(pair):
+def test_load_pair_gives_float32_models_over_one_vocabulary_and_the_tokenizer(pair):
   target, draft, tok = pair
-  assert isinstance(target, llama.Llama) and isinstance(draft, llama.Llama)
+  assert isinstance(target, llama.Llama) and isinstance(draft, shortlist.Shortlist)
   assert target.config == llama.CONFIGS['smollm2_135m']
-  assert draft.config == llama.CONFIGS['smollm2_draft']
+  assert draft.inner.config == llama.CONFIGS['smollm2_draft_8k']
   assert target.pad_id == draft.pad_id == tok.pad_id
   assert target.vocab_size == draft.vocab_size == tok.vocab_size == 49152
-  for model in (target, draft):
+  full = pretrained.load_pair(NAME, draft='draft_full')[1]
+  assert isinstance(full, llama.Llama) and full.config == llama.CONFIGS['smollm2_draft']
+  for model in (target, draft.inner, full):
     leaves = jax.tree_util.tree_leaves(model.params)
     assert all(isinstance(x, jax.Array) and x.dtype == jnp.float32 for x in leaves)
 
 
 def test_greedy_speculative_decoding_with_the_draft_equals_the_targets_greedy(pair):
-  target, draft, tok = pair
+  target, draft, tok = pair  # the shortlist draft: q = 0 off its 8192 tokens
   prompts = [lm_prompts.encode(tok, m) for m in pretrained.lm_eval_prompts(NAME)[:2]]
   inputs = jnp.asarray(lm_prompts.right_pad(prompts, target.pad_id))
   kwargs = dict(max_new_tokens=12, sampling=GREEDY, eos_id=tok.eos_id)
@@ -123,7 +137,7 @@ def test_greedy_speculative_decoding_with_the_draft_equals_the_targets_greedy(pa
 def test_transformers_loads_the_draft_with_the_same_logits():
   transformers = pytest.importorskip('transformers')
   torch = pytest.importorskip('torch')
-  path = pretrained.lm_draft_path(NAME)
+  path = pretrained.lm_draft_path(NAME, 'draft_full')
   reference = transformers.LlamaForCausalLM.from_pretrained(str(path),
                                                             dtype=torch.float32).eval()
   cfg, params = checkpoints.load_hf_llama(path, dtype=jnp.float32)

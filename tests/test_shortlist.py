@@ -111,6 +111,7 @@ def test_speculative_tokens_follow_the_target_law_with_a_shortlist_draft():
   assert _shortlist_law_pvalue() > 1e-3  # false alarm 1e-3, fixed seed
 
 
+@pytest.mark.slow  # ~10 s: the default suite keeps the law test itself
 def test_negative_control_a_residual_without_max_p_minus_q_is_detected(monkeypatch):
   # Resampling rejections from p itself under-emits the tokens off the list.
   monkeypatch.setattr(sample_lib, 'residual', lambda p, q, lenience=1.0: p)
