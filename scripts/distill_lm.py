@@ -557,9 +557,9 @@ def train(cfg, target_params, data, validation, out_dir: str, pad_id: int,
     val = validation_loss(cfg, params, validation, response_length, pad_id)
     history.append(dict(step=0, val_loss=val, seconds=0.0))
     log(f'step 0: validation loss {val:.3f}')
+    save_if_best(directory, history, params)
   losses = []
   started = time.perf_counter() - seconds
-  best_file = os.path.join(directory, 'best_params.msgpack')
   for step in range(first + 1, steps + 1):
     params, opt_state, loss = step_fn(params, opt_state, next(batches))
     losses.append(float(loss))
@@ -571,10 +571,7 @@ def train(cfg, target_params, data, validation, out_dir: str, pad_id: int,
       history.append(dict(step=step, train_loss=float(np.mean(losses[-50:])),
                           val_loss=val, seconds=time.perf_counter() - started))
       log(f'step {step}: validation loss {val:.3f}')
-      if val <= min(h['val_loss'] for h in history):
-        with open(best_file + '.tmp', 'wb') as f:
-          f.write(flax.serialization.to_bytes(jax.tree.map(np.asarray, params)))
-        os.replace(best_file + '.tmp', best_file)
+      save_if_best(directory, history, params)
       if stopped(history, _PATIENCE.value):
         log(f'step {step}: validation loss above its best for {_PATIENCE.value} '
             'validations in a row; stopping')
@@ -592,6 +589,19 @@ def train(cfg, target_params, data, validation, out_dir: str, pad_id: int,
   return finish_training(directory, history, planned_steps, data, top_k)
 
 
+# The parameters of the lowest validation loss so far; params.msgpack at the end.
+BEST_PARAMS = 'best_params.msgpack'
+
+
+def save_if_best(directory: str, history: Sequence[dict[str, Any]], params: Any) -> None:
+  """Writes `params` to BEST_PARAMS when the last validation is the best so far."""
+  if history[-1]['val_loss'] <= min(h['val_loss'] for h in history):
+    path = os.path.join(directory, BEST_PARAMS)
+    with open(path + '.tmp', 'wb') as f:
+      f.write(flax.serialization.to_bytes(jax.tree.map(np.asarray, params)))
+    os.replace(path + '.tmp', path)
+
+
 def stopped(history: Sequence[dict[str, Any]], patience: int) -> bool:
   """True when the last `patience` validations are all above the best before them."""
   if patience < 1 or len(history) <= patience:
@@ -603,11 +613,11 @@ def stopped(history: Sequence[dict[str, Any]], patience: int) -> bool:
 def finish_training(directory: str, history: Sequence[dict[str, Any]],
                     planned_steps: int, data: Sequence[tuple], top_k: int
                     ) -> dict[str, Any]:
-  """params.msgpack = the parameters of the best validation (best_params.msgpack);
-  the training summary."""
-  if os.path.exists(os.path.join(directory, 'best_params.msgpack')):  # else: done
-    os.replace(os.path.join(directory, 'best_params.msgpack'),
-               os.path.join(directory, 'params.msgpack'))
+  """params.msgpack = the parameters of the best validation (BEST_PARAMS; absent
+  when a finished run is resumed: moved already); the training summary."""
+  best_path = os.path.join(directory, BEST_PARAMS)
+  if os.path.exists(best_path):
+    os.replace(best_path, os.path.join(directory, 'params.msgpack'))
   best = min(history, key=lambda h: h['val_loss'])
   steps = best['step']
   return dict(steps=steps, planned_steps=planned_steps,

@@ -64,16 +64,27 @@ def test_stopped(losses, patience, expected):
 
 def test_finish_training_ships_the_best_validation(tmp_path):
   (tmp_path / "params.msgpack").write_bytes(b"last")
-  (tmp_path / "best_params.msgpack").write_bytes(b"best")
+  (tmp_path / distill_lm.BEST_PARAMS).write_bytes(b"best")
   history = _history([11.5, 5.4, 4.38, 4.47, 4.60])
   data = [(np.arange(3), np.arange(5), None)] * 64
   out = distill_lm.finish_training(str(tmp_path), history, 1160, data, top_k=0)
   assert (tmp_path / "params.msgpack").read_bytes() == b"best"
-  assert not (tmp_path / "best_params.msgpack").exists()
+  assert not (tmp_path / distill_lm.BEST_PARAMS).exists()
   assert (out["steps"], out["planned_steps"], out["stopped_at"]) == (200, 1160, 400)
   assert out["final_val_loss"] == 4.38
   assert out["minutes"] == 2.0
   assert out["epochs"] == round(200 * distill_lm._BATCH.value / 64, 2)
+
+
+def test_save_if_best_writes_only_a_new_best_including_the_initial_one(tmp_path):
+  best = tmp_path / distill_lm.BEST_PARAMS
+  distill_lm.save_if_best(str(tmp_path), _history([4.0]), {"w": np.zeros(2)})
+  assert best.exists()  # the initialisation's validation is a candidate too
+  first = best.read_bytes()
+  distill_lm.save_if_best(str(tmp_path), _history([4.0, 4.5]), {"w": np.ones(2)})
+  assert best.read_bytes() == first
+  distill_lm.save_if_best(str(tmp_path), _history([4.0, 4.5, 3.9]), {"w": np.ones(2)})
+  assert best.read_bytes() != first
 
 
 def test_finish_training_without_a_best_file_keeps_params(tmp_path):
