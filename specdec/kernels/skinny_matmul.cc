@@ -32,6 +32,12 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
 
 constexpr int64_t kTile = 32;      // columns per tile: 2 vectors of 16
 constexpr int64_t kRowBlock = 8;   // rows of x per pass: 16 accumulators
+// Floats ahead of the current weights that each step asks the caches for (8 KiB,
+// both of the step's cache lines, into the outer caches: prefetcht2). With 8 rows a
+// step is 16 multiply-adds per 128 bytes, and the out-of-order window alone then
+// keeps too few cache misses in flight: measured here, 48 [1024, 2816] matrices
+// cost 1.50x at 8 rows what they cost at one without it, 1.16x with it.
+constexpr int64_t kPrefetch = 2048;
 
 // Tile j of p (K x 32, contiguous) against MB rows of x; writes the tile's columns
 // below N.
@@ -42,6 +48,10 @@ inline void Tile(const float* __restrict x, const float* __restrict tile,
   for (int m = 0; m < MB; ++m) acc[m][0] = acc[m][1] = v16{};
   const float* wp = tile;
   for (int64_t i = 0; i < K; ++i, wp += kTile) {
+    // Past the tile's end this reads ahead into the next one (tiles are contiguous);
+    // past the array's end a prefetch is a no-op, never a fault.
+    __builtin_prefetch(wp + kPrefetch, 0, 1);
+    __builtin_prefetch(wp + kPrefetch + 16, 0, 1);
     const v16 w0 = *reinterpret_cast<const v16u*>(wp);
     const v16 w1 = *reinterpret_cast<const v16u*>(wp + 16);
     for (int m = 0; m < MB; ++m) {
