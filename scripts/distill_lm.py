@@ -77,6 +77,21 @@ _GEN_MINUTES = flags.DEFINE_float('generate_minutes', 18.0,
                                   'Stop generating training data after a window that '
                                   'ends past this.')
 _GEN_BATCH = flags.DEFINE_integer('gen_batch', 32, 'Prompts per target decode.')
+_GEN_BACKEND = flags.DEFINE_enum(
+    'generate_backend', 'specdec', ['specdec', 'transformers_bf16'],
+    'Who decodes the training prompts: `specdec.autoregressive_sample` in float32, or '
+    "transformers' `generate` on the same GGUF weights in bfloat16 (about 3x the "
+    'tokens per second on a CPU with bfloat16 matrix units; greedy decodes then '
+    'differ from the float32 target\'s where bfloat16 rounding flips an argmax). The '
+    'held-out evaluation decodes are always specdec\'s, float32.')
+_FIRST_GREEDY = flags.DEFINE_integer('first_greedy', 0, 'Skip this many of the '
+                                     'greedy training prompts (new data for a draft '
+                                     'trained on the first ones: --init_from).')
+_FIRST_SAMPLED = flags.DEFINE_integer('first_sampled', 0, 'The same for the prompts '
+                                      'decoded at temperature 1.')
+_INIT_FROM = flags.DEFINE_string('init_from', '', 'A draft directory (transformers '
+                                 'Llama, with its shortlist.json if any): training '
+                                 'starts from its parameters and keeps its list.')
 _WINDOW = flags.DEFINE_integer('window', 256, 'Prompts sorted by length together (and '
                                'the unit of the caches).')
 _MAX_NEW = flags.DEFINE_integer('max_new_tokens', 96, 'Tokens per target decode.')
@@ -168,12 +183,74 @@ def decode_batch(target, tok, ids: Sequence[Sequence[int]], batch: int,
               tokens=np.asarray(out.tokens)[:rows], lengths=np.asarray(out.lengths)[:rows])
 
 
+def responses(generated: np.ndarray, eos_id: int, pad_id: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+  """(tokens, lengths) of generated rows as `autoregressive_sample` returns them: a
+  row's length counts its tokens up to and including the first EOS (all of them
+  where there is none); pad_id after it."""
+  generated = np.asarray(generated)
+  is_eos = generated == eos_id
+  lengths = np.where(is_eos.any(1), is_eos.argmax(1) + 1, generated.shape[1])
+  keep = np.arange(generated.shape[1])[None, :] < lengths[:, None]
+  return (np.where(keep, generated, pad_id).astype(np.int32),
+          lengths.astype(np.int32))
+
+
+def decode_batch_transformers(model, tok, ids: Sequence[Sequence[int]],
+                              max_new_tokens: int, temperature: float, seed: int
+                              ) -> dict[str, np.ndarray]:
+  """`decode_batch` by transformers' `generate` (`model`: a `LlamaForCausalLM`):
+  the same prompt ids, left-padded with an attention mask; plain sampling at
+  `temperature` (no top-k or top-p), greedy at 0; the same output arrays."""
+  import torch  # pylint: disable=g-import-not-at-top
+  width = max(len(p) for p in ids)
+  left = np.full((len(ids), width), tok.pad_id, np.int64)
+  mask = np.zeros((len(ids), width), np.int64)
+  for row, p in enumerate(ids):
+    left[row, width - len(p):] = p
+    mask[row, width - len(p):] = 1
+  torch.manual_seed(seed)
+  sampling = (dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+              if temperature > 0 else dict(do_sample=False))
+  with torch.inference_mode():
+    out = model.generate(input_ids=torch.from_numpy(left),
+                         attention_mask=torch.from_numpy(mask),
+                         max_new_tokens=max_new_tokens, min_new_tokens=0,
+                         eos_token_id=tok.eos_id, pad_token_id=tok.pad_id,
+                         num_beams=1, **sampling)
+  generated = np.full((len(ids), max_new_tokens), tok.pad_id, np.int64)
+  new = out[:, width:].numpy()
+  generated[:, :new.shape[1]] = new
+  tokens, lengths = responses(generated, tok.eos_id, tok.pad_id)
+  inputs = bucketed(ids, tok.pad_id, PROMPT_BUCKET)
+  return dict(inputs=inputs, prompt_lengths=np.array([len(p) for p in ids], np.int32),
+              tokens=tokens, lengths=lengths)
+
+
+def transformers_target(dtype_name: str = 'bfloat16'):
+  """The target as transformers' `LlamaForCausalLM`, from the same GGUF file
+  `pretrained.load_lm` reads, in eval mode, on all the machine's cores."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  torch.set_num_threads(os.cpu_count() or 1)
+  path = pretrained.lm_path(NAME)
+  verbosity = transformers.logging.get_verbosity()
+  transformers.logging.set_verbosity_error()
+  try:
+    model = transformers.LlamaForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=getattr(torch, dtype_name))
+  finally:
+    transformers.logging.set_verbosity(verbosity)
+  return model.eval()
+
+
 def generate_window(target, tok, prompts: Sequence[lm_prompts.Prompt], directory: str,
                     window: int, temperature: float, batch: int, max_new_tokens: int,
-                    seed: int, deadline: float = float('inf')) -> int:
+                    seed: int, deadline: float = float('inf'), hf_model=None) -> int:
   """Decodes `prompts` (one window) into directory/batch_WWWW_JJ.npz, batches of
   similar length, skipping files already there (so that a rerun resumes) and
-  starting none past `deadline` (perf_counter); returns the tokens decoded now."""
+  starting none past `deadline` (perf_counter); returns the tokens decoded now.
+  With `hf_model` transformers decodes (`decode_batch_transformers`)."""
   os.makedirs(directory, exist_ok=True)
   ids = [lm_prompts.encode(tok, p.content) for p in prompts]
   sampling = GREEDY if temperature == 0 else specdec.SamplingConfig(
@@ -183,9 +260,15 @@ def generate_window(target, tok, prompts: Sequence[lm_prompts.Prompt], directory
     path = os.path.join(directory, f'batch_{window:04d}_{number:02d}.npz')
     if os.path.exists(path) or time.perf_counter() > deadline:
       continue
-    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), window), number)
-    result = decode_batch(target, tok, [ids[i] for i in index], batch, max_new_tokens,
-                          sampling, key)
+    if hf_model is not None:
+      result = decode_batch_transformers(hf_model, tok, [ids[i] for i in index],
+                                         max_new_tokens, temperature,
+                                         seed * 1_000_003 + window * 1000 + number)
+    else:
+      key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), window),
+                               number)
+      result = decode_batch(target, tok, [ids[i] for i in index], batch,
+                            max_new_tokens, sampling, key)
     np.savez(path + '.tmp.npz', **result)
     os.replace(path + '.tmp.npz', path)
     tokens += int(result['lengths'].sum())
@@ -194,7 +277,8 @@ def generate_window(target, tok, prompts: Sequence[lm_prompts.Prompt], directory
 
 def generate_training(target, tok, pools: dict[str, Sequence[lm_prompts.Prompt]],
                       dirs: dict[str, str], window: int, batch: int,
-                      max_new_tokens: int, seed: int, minutes: float) -> None:
+                      max_new_tokens: int, seed: int, minutes: float,
+                      hf_model=None) -> None:
   """Windows of `window` prompts, each temperature's pool in turn (0 then 1), until
   both pools are used or `minutes` have passed (counted from this call: a resumed
   run skips the batches on disk quickly and continues); no batch starts after."""
@@ -208,7 +292,7 @@ def generate_training(target, tok, pools: dict[str, Sequence[lm_prompts.Prompt]]
         continue
       tokens += generate_window(target, tok, chunk, dirs[key], w,
                                 0.0 if key.endswith('t0') else 1.0, batch,
-                                max_new_tokens, seed, deadline)
+                                max_new_tokens, seed, deadline, hf_model)
       seconds = time.perf_counter() - start
       log(f'{key}: window {w + 1} done; {tokens} new tokens in {seconds:.0f} s '
           f'({tokens / max(seconds, 1e-9):.1f} tok/s)')
@@ -320,6 +404,30 @@ def init_draft_params(cfg: llama.LlamaConfig, target_params: Any, how: str,
       embedding = np.concatenate([embedding[ids], embedding[off].mean(0)[None]])
     params['token_embedder']['embedding'] = embedding
   return params
+
+
+def warm_start_params(directory: str, cfg: llama.LlamaConfig) -> dict[str, Any]:
+  """A shipped draft's parameters (float32) to train on from.
+
+  Raises:
+    ValueError: naming the directory, when its config is not `cfg`'s shape.
+  """
+  loaded_cfg, params = checkpoints.load_hf_llama(directory, dtype=jnp.float32)
+  shape = lambda c: dataclasses.replace(c, dtype=jnp.float32,
+                                        max_position_embeddings=1)
+  if shape(loaded_cfg) != shape(cfg):
+    raise ValueError(f'init_from: {directory} holds a {loaded_cfg}, not the '
+                     f'--draft_config / --shortlist shape {cfg}')
+  return jax.tree.map(np.asarray, params)
+
+
+def warm_start_shortlist(directory: str) -> np.ndarray | None:
+  """The shortlist ids of a shipped draft directory, or None where it has none."""
+  path = os.path.join(directory, pretrained.SHORTLIST_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return np.asarray(json.load(f)['ids'], np.int32)
 
 
 def shortlist_ids(data: Sequence[tuple], size: int, keep: Sequence[int]) -> np.ndarray:
@@ -524,7 +632,11 @@ def train(cfg, target_params, data, validation, out_dir: str, pad_id: int,
   top_k = _TOP_K.value if any(e[2] is not None for e in data) else 0
   log(f'{sum(e[2] is not None for e in data)} of {len(data)} sequences have soft '
       f'targets; top_k {top_k}, soft weight {_SOFT_WEIGHT.value}')
-  params = init_draft_params(cfg, target_params, _EMB_INIT.value, _SEED.value, ids)
+  if _INIT_FROM.value:
+    params = warm_start_params(_INIT_FROM.value, cfg)
+    log(f'parameters from {_INIT_FROM.value}')
+  else:
+    params = init_draft_params(cfg, target_params, _EMB_INIT.value, _SEED.value, ids)
   params = jax.tree.map(jnp.asarray, params)
   steps = _STEPS.value
   steps_file = os.path.join(directory, 'steps.json')
@@ -991,8 +1103,9 @@ def main(argv):
   log(f'{len(train_prompts)} training prompts available, {len(eval_prompts)} held out')
   # Even and odd positions: each temperature's prompts do not depend on the other's
   # count, so that the caches stay valid when either changes.
-  greedy_prompts = train_prompts[0::2][:_NUM_GREEDY.value]
-  sampled_prompts = train_prompts[1::2][:_NUM_SAMPLED.value]
+  first = dict(greedy=_FIRST_GREEDY.value, sampled=_FIRST_SAMPLED.value)
+  greedy_prompts = train_prompts[0::2][first['greedy']:][:_NUM_GREEDY.value]
+  sampled_prompts = train_prompts[1::2][first['sampled']:][:_NUM_SAMPLED.value]
   dirs = dict(train_t0=os.path.join(out_dir, 'gen_train_t0'),
               train_t1=os.path.join(out_dir, 'gen_train_t1'),
               eval_t0=os.path.join(out_dir, 'gen_eval_t0'),
@@ -1015,9 +1128,14 @@ def main(argv):
       generate_window(target, tok, eval_prompts, dirs[key], 0, temperature,
                       _GEN_BATCH.value, _MAX_NEW.value, _SEED.value + 1000)
     log(f'evaluation decodes done in {time.perf_counter() - started:.0f} s')
+    hf_model = (transformers_target('bfloat16')
+                if _GEN_BACKEND.value == 'transformers_bf16' else None)
     generate_training(target, tok, dict(train_t0=greedy_prompts,
                                         train_t1=sampled_prompts), dirs, _WINDOW.value,
-                      _GEN_BATCH.value, _MAX_NEW.value, _SEED.value, _GEN_MINUTES.value)
+                      _GEN_BATCH.value, _MAX_NEW.value, _SEED.value, _GEN_MINUTES.value,
+                      hf_model)
+    summary['generate_backend'] = _GEN_BACKEND.value
+    summary['first_prompts'] = first
     # Minutes of this run (a resumed run adds its own).
     summary['generate_minutes'] = round(summary.get('generate_minutes', 0.0) + (
         time.perf_counter() - started) / 60, 1)
@@ -1060,6 +1178,13 @@ def main(argv):
       if os.path.exists(shortlist_file):  # a resumed run keeps its list
         with open(shortlist_file) as f:
           ids = np.asarray(json.load(f)['ids'], np.int32)
+      elif _INIT_FROM.value:  # a warm start keeps its draft's list
+        ids = warm_start_shortlist(_INIT_FROM.value)
+        if ids is None or len(ids) != _SHORTLIST.value:
+          raise ValueError(f'init_from: {_INIT_FROM.value} has no shortlist of '
+                           f'{_SHORTLIST.value} ids')
+        os.makedirs(os.path.dirname(shortlist_file), exist_ok=True)
+        write_json(shortlist_file, dict(ids=ids.tolist()))
       else:
         ids = shortlist_ids(data, _SHORTLIST.value, [tok.eos_id, tok.pad_id])
         os.makedirs(os.path.dirname(shortlist_file), exist_ok=True)

@@ -121,3 +121,59 @@ def test_write_card_keeps_the_hand_written_section(tmp_path, monkeypatch):
   assert card.index("new facts") < card.index("c = 0.050, 1.2x") < card.index(
       "## Limitations")
   assert distill_lm.kept_section("no such section") == ""
+
+
+def test_responses_cut_at_the_first_eos_and_pad_after_it():
+  generated = np.array([[5, 7, 2, 9, 2], [5, 6, 7, 8, 9], [2, 3, 3, 3, 3]])
+  tokens, lengths = distill_lm.responses(generated, eos_id=2, pad_id=0)
+  np.testing.assert_array_equal(lengths, [3, 5, 1])
+  np.testing.assert_array_equal(tokens, [[5, 7, 2, 0, 0], [5, 6, 7, 8, 9],
+                                         [2, 0, 0, 0, 0]])
+
+
+def _tiny_llama(tmp_path, vocab=64):
+  from specdec import checkpoints
+  from specdec.models import llama
+  cfg = llama.LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                          num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
+                          rope_theta=10000.0, tie_word_embeddings=True)
+  params = llama.random_params(cfg, 3)
+  checkpoints.save_hf_llama(tmp_path / "draft", cfg, params)
+  return cfg, params
+
+
+def test_transformers_greedy_decodes_equal_specdec_ones(tmp_path):
+  """The transformers backend's files hold what specdec's do, for the same weights
+  (float32, greedy): left padding, EOS and lengths handled alike."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  import jax
+  from specdec.models import llama
+  cfg, params = _tiny_llama(tmp_path)
+  prompts = [[1, 9, 14, 3], [1, 22], [1, 40, 41, 42, 43, 44, 45], [1, 7, 7]]
+  target = llama.Llama(cfg, jax.device_put(params)).replace(pad_id=0)
+  decode = lambda tok: distill_lm.decode_batch(target, tok, prompts, 4, 12,
+                                               distill_lm.GREEDY, jax.random.key(0))
+  # EOS: a token the first decode emits at its 4th step, so that rows end early.
+  first = decode(types.SimpleNamespace(eos_id=None, pad_id=0))
+  tok = types.SimpleNamespace(eos_id=int(first["tokens"][0, 3]), pad_id=0)
+  ours = decode(tok)
+  hf = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path / "draft"),
+                                                     dtype=torch.float32).eval()
+  theirs = distill_lm.decode_batch_transformers(hf, tok, prompts, 12, 0.0, seed=0)
+  assert (ours["lengths"] < 12).any(), "no decode met EOS: the test shows too little"
+  for key in ("inputs", "prompt_lengths", "tokens", "lengths"):
+    np.testing.assert_array_equal(theirs[key], ours[key], err_msg=key)
+
+
+def test_warm_start_rejects_a_draft_of_another_shape(tmp_path):
+  import dataclasses
+  cfg, params = _tiny_llama(tmp_path)
+  loaded = distill_lm.warm_start_params(str(tmp_path / "draft"), cfg)
+  np.testing.assert_allclose(loaded["token_embedder"]["embedding"],
+                             np.asarray(params["token_embedder"]["embedding"]),
+                             rtol=1e-6)
+  with pytest.raises(ValueError, match="init_from"):
+    distill_lm.warm_start_params(str(tmp_path / "draft"),
+                                 dataclasses.replace(cfg, hidden_size=48))
+  assert distill_lm.warm_start_shortlist(str(tmp_path / "draft")) is None
