@@ -77,6 +77,8 @@ _GEN_MINUTES = flags.DEFINE_float('generate_minutes', 18.0,
                                   'Stop generating training data after a window that '
                                   'ends past this.')
 _GEN_BATCH = flags.DEFINE_integer('gen_batch', 32, 'Prompts per target decode.')
+_EVAL_BATCH = flags.DEFINE_integer('eval_batch', 32, 'Prompts per target decode of the '
+                                   'held-out prompts.')
 _GEN_BACKEND = flags.DEFINE_enum(
     'generate_backend', 'specdec', ['specdec', 'transformers_bf16'],
     'Who decodes the training prompts: `specdec.autoregressive_sample` in float32, or '
@@ -1126,7 +1128,7 @@ def main(argv):
     started = time.perf_counter()
     for key, temperature in (('eval_t0', 0.0), ('eval_t1', 1.0)):
       generate_window(target, tok, eval_prompts, dirs[key], 0, temperature,
-                      _GEN_BATCH.value, _MAX_NEW.value, _SEED.value + 1000)
+                      _EVAL_BATCH.value, _MAX_NEW.value, _SEED.value + 1000)
     log(f'evaluation decodes done in {time.perf_counter() - started:.0f} s')
     hf_model = (transformers_target('bfloat16')
                 if _GEN_BACKEND.value == 'transformers_bf16' else None)
