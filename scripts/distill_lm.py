@@ -432,6 +432,22 @@ def warm_start_shortlist(directory: str) -> np.ndarray | None:
     return np.asarray(json.load(f)['ids'], np.int32)
 
 
+def warm_start_record(directory: str) -> dict[str, Any]:
+  """What the model card says of the draft training started from: its directory and,
+  from the pair.json beside it, how it was trained, on what, and its alpha."""
+  record = dict(directory=os.path.abspath(directory))
+  pair_file = os.path.join(os.path.dirname(os.path.abspath(directory)), 'pair.json')
+  if os.path.exists(pair_file):
+    with open(pair_file) as f:
+      old = json.load(f)
+    training = dict(old.get('draft', {}).get('training', {}))
+    training.pop('history', None)
+    record.update(training=training, data=old.get('data', {}),
+                  teacher_forced_alpha=old.get('metrics', {}).get(
+                      'teacher_forced_alpha'))
+  return record
+
+
 def shortlist_ids(data: Sequence[tuple], size: int, keep: Sequence[int]) -> np.ndarray:
   """The `size` tokens most frequent in the training responses (ties by id), the
   ids of `keep` (EOS, padding) first."""
@@ -908,6 +924,24 @@ def write_card(ship: str, info: dict[str, Any]) -> None:
     f.write(card)
 
 
+def warm_start_words(t: dict[str, Any]) -> str:
+  """The card's words for a run started from an earlier draft (`--init_from`)."""
+  w = t.get('warm_start')
+  if not w:
+    return ''
+  prev = w.get('training', {})
+  words = 'from an earlier draft'
+  if prev:
+    words += (f' ({prev.get("steps")} steps of {prev.get("batch_size")} sequences, '
+              f'{prev.get("minutes")} min, on {prev.get("response_tokens", 0):,} '
+              'response tokens')
+    alpha = w.get('teacher_forced_alpha')
+    if alpha:
+      words += f'; teacher-forced alpha {alpha["0"]:.3f} / {alpha["1"]:.3f}'
+    words += ')'
+  return words + ', then '
+
+
 def model_card(info: dict[str, Any]) -> str:
   """MODEL_CARD.md from pair.json's facts and measurements (none typed in here)."""
   d, t, m = info['draft'], info['draft']['training'], info.get('metrics', {})
@@ -933,8 +967,13 @@ def model_card(info: dict[str, Any]) -> str:
       f'embedding, {vocabulary_words(d)} |',
       f'| parameters | {d["params"]:,} |',
       f'| size on disk | {d["bytes"]:,} bytes (bfloat16 safetensors + config.json) |',
-      f'| initialisation | embedding: {t["embedding_init_words"]}; the rest random |',
-      f'| training | {t["steps"]} steps of {t["batch_size"]} sequences '
+      f'| initialisation | '
+      + ('the earlier draft\'s parameters (see training; its own initialisation: '
+         if t.get('warm_start') else '')
+      + f'embedding: {t["embedding_init_words"]}; the rest random'
+      + (')' if t.get('warm_start') else '') + ' |',
+      f'| training | {warm_start_words(t)}{t["steps"]} steps of {t["batch_size"]} '
+      'sequences '
       f'({t["epochs"]} epochs), {t["minutes"]} min on two CPU cores'
       + (f' (the best validation loss of a run stopped at step {t["stopped_at"]}, '
          f'cosine schedule for {t["planned_steps"]})'
@@ -952,6 +991,9 @@ def model_card(info: dict[str, Any]) -> str:
       '',
       f'Target decodes (the training data): {info["data"]["decodes_words"]}',
       '',
+  ] + ([f'The draft this one was trained on from was trained on other decodes: '
+        f'{t["warm_start"]["data"]["decodes_words"]}', '']
+       if t.get('warm_start', {}).get('data', {}).get('decodes_words') else []) + [
       'Sources and terms (`specdec/data/PROVENANCE.md`, '
       '`specdec/weights/multi30k_ende/MODEL_CARD.md`):',
       '',
@@ -1202,6 +1244,8 @@ def main(argv):
       pad_id = int(index[target.pad_id])
     summary['training'] = train(cfg, target.params, data, validation, out_dir,
                                 pad_id, ids)
+    if _INIT_FROM.value:
+      summary['training']['warm_start'] = warm_start_record(_INIT_FROM.value)
     write_json(summary_file, summary)
 
   ship = _SHIP.value
@@ -1269,7 +1313,9 @@ def main(argv):
                 f'({tokens["0"]:,} response tokens) and {rows["1"]} others '
                 f'sampled at temperature 1 ({tokens["1"]:,} tokens), at most '
                 f'{_MAX_NEW.value} new tokens each, in batches of {_GEN_BATCH.value} '
-                f'(`specdec.autoregressive_sample`, float32), '
+                + ("(transformers' `generate` on the same GGUF weights in bfloat16), "
+                   if summary.get('generate_backend') == 'transformers_bf16' else
+                   '(`specdec.autoregressive_sample`, float32), ') +
                 f'{summary.get("generate_minutes", 0.0):.1f} min in all.')),
         provenance=dict(
             newstest2014='WMT14 newstest2014 English sources (nyu-mll/jiant copy), '
