@@ -177,3 +177,21 @@ def test_warm_start_rejects_a_draft_of_another_shape(tmp_path):
     distill_lm.warm_start_params(str(tmp_path / "draft"),
                                  dataclasses.replace(cfg, hidden_size=48))
   assert distill_lm.warm_start_shortlist(str(tmp_path / "draft")) is None
+
+
+def test_warm_start_record_and_words_name_the_earlier_draft(tmp_path):
+  import json
+  (tmp_path / "draft").mkdir()
+  (tmp_path / "pair.json").write_text(json.dumps(dict(
+      draft=dict(training=dict(steps=600, batch_size=32, minutes=31.2,
+                               response_tokens=311821, history=[1, 2])),
+      data=dict(decodes_words="3360 prompts"),
+      metrics=dict(teacher_forced_alpha={"0": 0.379, "1": 0.281}))))
+  record = distill_lm.warm_start_record(str(tmp_path / "draft"))
+  assert "history" not in record["training"]
+  assert record["data"]["decodes_words"] == "3360 prompts"
+  words = distill_lm.warm_start_words(dict(warm_start=record))
+  assert words == ("from an earlier draft (600 steps of 32 sequences, 31.2 min, on "
+                   "311,821 response tokens; teacher-forced alpha 0.379 / 0.281), "
+                   "then ")
+  assert distill_lm.warm_start_words({}) == ""
