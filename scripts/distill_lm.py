@@ -333,8 +333,40 @@ def _top_log_probs(target, inputs, tokens, top_k: int):
   return jax.lax.top_k(log_probs, top_k)
 
 
-def soft_targets_one(target, path: str, batch: int, top_k: int, deadline: float
-                     ) -> int:
+def top_log_probs_transformers(model, prompts: Sequence[np.ndarray],
+                               tokens: np.ndarray, top_k: int, chunk: int = 32
+                               ) -> tuple[np.ndarray, np.ndarray]:
+  """`_top_log_probs` by a transformers `LlamaForCausalLM`: each row's prompt and
+  its response tokens [R] left-padded into one teacher-forced pass (positions from
+  the attention mask), the log-probabilities of response positions 0..R-1; `chunk`
+  rows per pass. (values float32 [B, R, k], ids int32 [B, R, k])."""
+  import torch  # pylint: disable=g-import-not-at-top
+  rows, response = tokens.shape
+  values = np.zeros((rows, response, top_k), np.float32)
+  ids = np.zeros((rows, response, top_k), np.int32)
+  for r0 in range(0, rows, chunk):
+    part = range(r0, min(rows, r0 + chunk))
+    seqs = [np.concatenate([prompts[r], tokens[r]]) for r in part]
+    width = max(len(q) for q in seqs)
+    x = np.zeros((len(seqs), width), np.int64)
+    mask = np.zeros((len(seqs), width), np.int64)
+    for i, q in enumerate(seqs):
+      x[i, width - len(q):] = q
+      mask[i, width - len(q):] = 1
+    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+    with torch.inference_mode():
+      logits = model(input_ids=torch.from_numpy(x), attention_mask=torch.from_numpy(mask),
+                     position_ids=torch.from_numpy(positions)).logits
+      # Position width - R - 1 + j predicts response token j.
+      logits = logits[:, width - response - 1:width - 1].float()
+      top = torch.topk(torch.log_softmax(logits, dim=-1), top_k, dim=-1)
+    values[r0:r0 + len(seqs)] = top.values.numpy()
+    ids[r0:r0 + len(seqs)] = top.indices.numpy()
+  return values, ids
+
+
+def soft_targets_one(target, path: str, batch: int, top_k: int, deadline: float,
+                     hf_model=None) -> int:
   """Top-k log-probabilities of the target at every position of one cached decode
   batch (soft_*.npz beside its batch_*.npz), unless present or past `deadline`
   (perf_counter); 1 if computed now."""
@@ -344,8 +376,12 @@ def soft_targets_one(target, path: str, batch: int, top_k: int, deadline: float
   rows = len(b['lengths'])
   # Filled to the full batch with copies of row 0: one compiled shape per width.
   fill = lambda x: np.concatenate([x, np.repeat(x[:1], batch - rows, axis=0)])
-  values, ids = _top_log_probs(target, jnp.asarray(fill(b['inputs'])),
-                               jnp.asarray(fill(b['tokens'])), top_k=top_k)
+  if hf_model is not None:
+    prompts = [b['inputs'][r, :b['prompt_lengths'][r]] for r in range(rows)]
+    values, ids = top_log_probs_transformers(hf_model, prompts, b['tokens'], top_k)
+  else:
+    values, ids = _top_log_probs(target, jnp.asarray(fill(b['inputs'])),
+                                 jnp.asarray(fill(b['tokens'])), top_k=top_k)
   np.savez(soft_path(path) + '.tmp.npz',
            soft_log_probs=np.asarray(values[:rows], np.float16),
            soft_ids=np.asarray(ids[:rows], np.int32))
@@ -1193,11 +1229,15 @@ def main(argv):
                     for f in glob.glob(os.path.join(dirs[key], 'batch_*.npz'))
                     if '.tmp.' not in f})
     done = 0
+    hf_model = (transformers_target('bfloat16')
+                if _GEN_BACKEND.value == 'transformers_bf16' else None)
+    summary['soft_backend'] = _GEN_BACKEND.value
     for name in names:
       for key in ('train_t0', 'train_t1'):
         if os.path.exists(os.path.join(dirs[key], name)):
           done += soft_targets_one(target, os.path.join(dirs[key], name),
-                                   _GEN_BATCH.value, _TOP_K.value, deadline)
+                                   _GEN_BATCH.value, _TOP_K.value, deadline,
+                                   hf_model)
       log(f'soft targets: {done} batches in {time.perf_counter() - started:.0f} s')
     summary['soft_minutes'] = round(summary.get('soft_minutes', 0.0) + (
         time.perf_counter() - started) / 60, 1)

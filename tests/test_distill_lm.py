@@ -195,3 +195,27 @@ def test_warm_start_record_and_words_name_the_earlier_draft(tmp_path):
                    "311,821 response tokens; teacher-forced alpha 0.379 / 0.281), "
                    "then ")
   assert distill_lm.warm_start_words({}) == ""
+
+
+def test_transformers_soft_targets_equal_specdec_ones(tmp_path):
+  """The `soft` stage's transformers pass gives the target's top-k log-probs at the
+  same response positions as specdec's teacher-forced `extend` (float32)."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  import jax
+  import jax.numpy as jnp
+  from specdec.models import llama
+  cfg, params = _tiny_llama(tmp_path)
+  tok = types.SimpleNamespace(eos_id=None, pad_id=0)
+  prompts = [[1, 9, 14, 3], [1, 22], [1, 40, 41, 42, 43, 44, 45]]
+  target = llama.Llama(cfg, jax.device_put(params)).replace(pad_id=0)
+  b = distill_lm.decode_batch(target, tok, prompts, 3, 6, distill_lm.GREEDY,
+                              jax.random.key(0))
+  ours_v, ours_i = distill_lm._top_log_probs(target, jnp.asarray(b["inputs"]),
+                                             jnp.asarray(b["tokens"]), top_k=4)
+  hf = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path / "draft"),
+                                                     dtype=torch.float32).eval()
+  theirs_v, theirs_i = distill_lm.top_log_probs_transformers(
+      hf, [np.asarray(p) for p in prompts], b["tokens"], 4, chunk=2)
+  np.testing.assert_array_equal(theirs_i, np.asarray(ours_i))
+  np.testing.assert_allclose(theirs_v, np.asarray(ours_v), atol=1e-4)
