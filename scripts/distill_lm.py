@@ -1336,8 +1336,11 @@ def main(argv):
             response_tokens=tokens, max_new_tokens=_MAX_NEW.value,
             max_prompt_tokens=_MAX_PROMPT.value,
             prompts_words=(
-                f'{len(train_prompts)} training prompts (the decodes below use the '
-                f'first ones, in a fixed mixed order) and {len(eval_prompts)} held-out '
+                f'{len(train_prompts)} training prompts (the decodes below use '
+                + (f'the ones after the first {first["greedy"]} greedy and '
+                   f'{first["sampled"]} sampled ones, which the earlier draft was '
+                   'trained on, ' if any(first.values()) else 'the first ones, ')
+                + f'in a fixed mixed order) and {len(eval_prompts)} held-out '
                 'evaluation prompts, chat-templated user messages built by '
                 '`specdec.lm_prompts` from newstest2014 English sources ("Translate to '
                 'German: ", "Continue this text: ", "Explain in simple words: "), the '
