@@ -1092,7 +1092,9 @@ def model_card(info: dict[str, Any]) -> str:
   history = t['history']
   best = min(history, key=lambda h: h['val_loss'])
   more_data = ('more target decodes (`--generate_minutes`, `--num_greedy`, '
-               '`--num_sampled`; the caches resume)')
+               '`--num_sampled`; the caches resume; past the '
+               f'{info["data"]["prompts_words"].split(" ")[0]} training prompts, more '
+               'than one sampled decode per prompt or more source texts)')
   if history[-1]['val_loss'] - best['val_loss'] < 0.01:  # ended at (or near) its best
     verdict = ('and was still falling at the last step ('
                f'{history[-1]["val_loss"]:.3f} at step {history[-1]["step"]}), so '
@@ -1103,8 +1105,10 @@ def model_card(info: dict[str, Any]) -> str:
                f'{more_data} are the first thing to add')
   lines += ['', '## Limitations', '',
             f'The draft saw {t["response_tokens"]:,} response tokens '
-            f'({t["sequences"]} target decodes, as many as the target could decode in '
-            'the time given on a shared 2-core CPU) for '
+            f'({t["sequences"]} target decodes'
+            + (', one per training prompt left after the earlier draft\'s'
+               if t.get('warm_start') else ', as many as the target could decode in '
+               'the time given on a shared 2-core CPU') + ') for '
             f'{t["epochs"]} epochs; its validation loss was lowest at step '
             f'{best["step"]} ({best["val_loss"]:.3f}) {verdict}. A draft of this '
             f'size (d {cfg["hidden_size"]}, {cfg["num_layers"]} layers) on this much '
