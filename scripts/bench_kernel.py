@@ -22,8 +22,6 @@ Shapes ([in, out] per matrix):
 
 from __future__ import annotations
 
-import json
-import os
 import time
 
 from absl import app, flags
@@ -31,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import kernels
+from specdec import benchmarking, kernels
 
 _LLAMA_LAYER = [(576, 576), (576, 192), (576, 192), (576, 576), (576, 1536),
                 (576, 1536), (1536, 576)]
@@ -108,10 +106,7 @@ def main(argv):
   if not results["kernel"]:
     lines.append("(the kernel is off or unavailable: these are XLA's products)")
   print("\n".join(lines))
-  os.makedirs(os.path.dirname(_JSON.value) or ".", exist_ok=True)
-  with open(_JSON.value, "w") as f:
-    json.dump(results, f, indent=1)
-  print(f"wrote {_JSON.value}")
+  benchmarking.write_json(_JSON.value, results)
 
 
 if __name__ == "__main__":

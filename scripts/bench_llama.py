@@ -33,8 +33,6 @@ other jobs reads high. `--config=tiny` (`llama.tiny_config()`) checks the script
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import resource
 import tempfile
 import time
@@ -230,10 +228,7 @@ def main(argv):
   result = measure()
   print(table(result))
   if _OUTPUT.value:
-    os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
-    with open(_OUTPUT.value, "w") as f:
-      json.dump(result, f, indent=2)
-    print(f"wrote {_OUTPUT.value}")
+    benchmarking.write_json(_OUTPUT.value, result)
 
 
 if __name__ == "__main__":

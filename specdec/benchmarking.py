@@ -17,6 +17,8 @@ itself, and the two sides of measured / predicted are estimated alike.
 from __future__ import annotations
 
 import functools
+import json
+import os
 import time
 from typing import Any, Callable
 
@@ -401,3 +403,11 @@ def weight_stream_seconds(matrices: dict[str, tuple[jax.Array, bool]],
   x = jnp.ones((8,), jnp.float32)
   jax.block_until_ready(_stream_all(transposed, weights, x))
   return min_seconds(lambda: _stream_all(transposed, weights, x), repeats), nbytes
+
+
+def write_json(path: str, value: Any, indent: int = 2) -> None:
+  """Writes a benchmark's results to `path` (its folder made) and says so."""
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(value, f, indent=indent)
+  print(f"wrote {path}")
