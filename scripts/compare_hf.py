@@ -175,34 +175,16 @@ def load_hf_llama(directory: str | os.PathLike, model=None) -> Any:
   return hf
 
 
-def load_hf_gguf(path: str | os.PathLike) -> Any:
-  """`LlamaForCausalLM` from a GGUF file, dequantized to float32 by transformers itself
-  (the file `specdec.pretrained.load_lm` reads; logits agree within 1e-4,
-  tests/test_pretrained_lm.py), eval mode."""
-  import pathlib  # pylint: disable=g-import-not-at-top
-  path = pathlib.Path(path)
-  verbosity = transformers.logging.get_verbosity()
-  transformers.logging.set_verbosity_error()
-  transformers.logging.disable_progress_bar()
-  try:
-    hf = transformers.LlamaForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32)
-  finally:
-    transformers.logging.set_verbosity(verbosity)
-    transformers.logging.enable_progress_bar()
-  return hf.eval()
-
-
-def _target_gguf(pair: str):
-  """The GGUF file of a decoder-only pair's target (`pretrained.load_lm`'s)."""
-  return pretrained.lm_path(pretrained.pair_info(pair).get("target", {}).get("lm", pair))
+def _target_lm(pair: str) -> str:
+  """The `pretrained.LMS` name of a decoder-only pair's target."""
+  return pretrained.pair_info(pair).get("target", {}).get("lm", pair)
 
 
 def load_hf_lm_pair(pair: str, draft, draft_name: str = "draft") -> tuple[Any, Any]:
   """(hf_target, hf_draft) of a decoder-only shipped pair: the target from the GGUF
-  file of `pretrained.lm_path`, the draft `draft_name` from its shipped transformers
+  file of `pretrained.lm_path` (`pretrained.load_lm_transformers`), the draft `draft_name` from its shipped transformers
   directory (`pretrained.lm_draft_path`), checked against specdec's `draft`."""
-  return (load_hf_gguf(_target_gguf(pair)),
+  return (pretrained.load_lm_transformers(_target_lm(pair)),
           load_hf_llama(pretrained.lm_draft_path(pair, draft_name), draft))
 
 
@@ -558,7 +540,7 @@ def main_lm(pair: str, num: int) -> dict[str, Any]:
                             specdec_packed_weights=dict(
                                 target=target.packed is not None,
                                 draft=draft.packed is not None),
-                            hf_target_source=str(_target_gguf(pair)),
+                            hf_target_source=str(pretrained.lm_path(_target_lm(pair))),
                             draft=draft_name,
                             hf_draft_source=str(pretrained.lm_draft_path(pair,
                                                                          draft_name)))

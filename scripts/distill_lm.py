@@ -198,6 +198,19 @@ def responses(generated: np.ndarray, eos_id: int, pad_id: int
           lengths.astype(np.int32))
 
 
+def left_padded(seqs: Sequence[Sequence[int]], pad_id: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+  """(ids, attention mask), int64 [B, longest]: each sequence at the right end,
+  `pad_id` and mask 0 before it (transformers' batched layout)."""
+  width = max(len(q) for q in seqs)
+  ids = np.full((len(seqs), width), pad_id, np.int64)
+  mask = np.zeros((len(seqs), width), np.int64)
+  for row, q in enumerate(seqs):
+    ids[row, width - len(q):] = q
+    mask[row, width - len(q):] = 1
+  return ids, mask
+
+
 def decode_batch_transformers(model, tok, ids: Sequence[Sequence[int]],
                               max_new_tokens: int, temperature: float, seed: int
                               ) -> dict[str, np.ndarray]:
@@ -205,12 +218,8 @@ def decode_batch_transformers(model, tok, ids: Sequence[Sequence[int]],
   the same prompt ids, left-padded with an attention mask; plain sampling at
   `temperature` (no top-k or top-p), greedy at 0; the same output arrays."""
   import torch  # pylint: disable=g-import-not-at-top
-  width = max(len(p) for p in ids)
-  left = np.full((len(ids), width), tok.pad_id, np.int64)
-  mask = np.zeros((len(ids), width), np.int64)
-  for row, p in enumerate(ids):
-    left[row, width - len(p):] = p
-    mask[row, width - len(p):] = 1
+  left, mask = left_padded(ids, tok.pad_id)
+  width = left.shape[1]
   torch.manual_seed(seed)
   sampling = (dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
               if temperature > 0 else dict(do_sample=False))
@@ -230,20 +239,11 @@ def decode_batch_transformers(model, tok, ids: Sequence[Sequence[int]],
 
 
 def transformers_target(dtype_name: str = 'bfloat16'):
-  """The target as transformers' `LlamaForCausalLM`, from the same GGUF file
-  `pretrained.load_lm` reads, in eval mode, on all the machine's cores."""
+  """The target as transformers' `LlamaForCausalLM` (`pretrained.load_lm_transformers`)
+  on all the machine's cores."""
   import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(os.cpu_count() or 1)
-  path = pretrained.lm_path(NAME)
-  verbosity = transformers.logging.get_verbosity()
-  transformers.logging.set_verbosity_error()
-  try:
-    model = transformers.LlamaForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=getattr(torch, dtype_name))
-  finally:
-    transformers.logging.set_verbosity(verbosity)
-  return model.eval()
+  return pretrained.load_lm_transformers(NAME, dtype_name)
 
 
 def generate_window(target, tok, prompts: Sequence[lm_prompts.Prompt], directory: str,
@@ -347,12 +347,8 @@ def top_log_probs_transformers(model, prompts: Sequence[np.ndarray],
   for r0 in range(0, rows, chunk):
     part = range(r0, min(rows, r0 + chunk))
     seqs = [np.concatenate([prompts[r], tokens[r]]) for r in part]
-    width = max(len(q) for q in seqs)
-    x = np.zeros((len(seqs), width), np.int64)
-    mask = np.zeros((len(seqs), width), np.int64)
-    for i, q in enumerate(seqs):
-      x[i, width - len(q):] = q
-      mask[i, width - len(q):] = 1
+    x, mask = left_padded(seqs, 0)
+    width = x.shape[1]
     positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
     with torch.inference_mode():
       logits = model(input_ids=torch.from_numpy(x), attention_mask=torch.from_numpy(mask),
@@ -1003,7 +999,7 @@ def model_card(info: dict[str, Any]) -> str:
       f'embedding, {vocabulary_words(d)} |',
       f'| parameters | {d["params"]:,} |',
       f'| size on disk | {d["bytes"]:,} bytes (bfloat16 safetensors + config.json) |',
-      f'| initialisation | '
+      '| initialisation | '
       + ('the earlier draft\'s parameters (see training; its own initialisation: '
          if t.get('warm_start') else '')
       + f'embedding: {t["embedding_init_words"]}; the rest random'
@@ -1092,9 +1088,9 @@ def model_card(info: dict[str, Any]) -> str:
   history = t['history']
   best = min(history, key=lambda h: h['val_loss'])
   more_data = ('more target decodes (`--generate_minutes`, `--num_greedy`, '
-               '`--num_sampled`; the caches resume; past the '
-               f'{info["data"]["prompts_words"].split(" ")[0]} training prompts, more '
-               'than one sampled decode per prompt or more source texts)')
+               '`--num_sampled`; the caches resume; once every training prompt is '
+               'decoded, more than one sampled decode per prompt or more source '
+               'texts)')
   if history[-1]['val_loss'] - best['val_loss'] < 0.01:  # ended at (or near) its best
     verdict = ('and was still falling at the last step ('
                f'{history[-1]["val_loss"]:.3f} at step {history[-1]["step"]}), so '

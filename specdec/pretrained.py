@@ -320,6 +320,25 @@ def lm_draft_path(name: str = "smollm2_135m_instruct", draft: str = "draft"
   return path / pair_info(name)[draft]["checkpoint"]
 
 
+def load_lm_transformers(name: str = "smollm2_135m_instruct", dtype: str = "float32"):
+  """transformers' `LlamaForCausalLM` from the GGUF file `load_lm` reads, dequantized
+  by transformers itself (logits agree with `load_lm`'s within 1e-4 in float32,
+  tests/test_pretrained_lm.py), in eval mode; `dtype` names a torch dtype."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  path = lm_path(name)
+  verbosity = transformers.logging.get_verbosity()
+  transformers.logging.set_verbosity_error()
+  transformers.logging.disable_progress_bar()
+  try:
+    model = transformers.LlamaForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=getattr(torch, dtype))
+  finally:
+    transformers.logging.set_verbosity(verbosity)
+    transformers.logging.enable_progress_bar()
+  return model.eval()
+
+
 def lm_transformers_draft(name: str = "smollm2_135m_instruct") -> str:
   """The first shipped draft of a decoder-only pair over the target's whole
   vocabulary (no `shortlist.json`): the one transformers' assisted generation can
