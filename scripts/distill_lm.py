@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import glob
+import itertools
 import json
 import os
 import pathlib
@@ -91,6 +92,14 @@ _FIRST_GREEDY = flags.DEFINE_integer('first_greedy', 0, 'Skip this many of the '
                                      'trained on the first ones: --init_from).')
 _FIRST_SAMPLED = flags.DEFINE_integer('first_sampled', 0, 'The same for the prompts '
                                       'decoded at temperature 1.')
+_ROUND = flags.DEFINE_integer('data_round', 0, 'Round r decodes the training prompts '
+                             'of the other parity than round r - 1 at each '
+                             'temperature (round 0: greedy on the even ones, sampled '
+                             'on the odd ones; round 1: greedy on the odd ones, '
+                             'sampled on the even ones, new keys), into its own '
+                             'caches; `soft` and `train` use every round on disk. '
+                             'Rounds >= 2 only sample (their greedy decodes would '
+                             'repeat round r - 2\'s).')
 _INIT_FROM = flags.DEFINE_string('init_from', '', 'A draft directory (transformers '
                                  'Llama, with its shortlist.json if any): training '
                                  'starts from its parameters and keeps its list.')
@@ -151,6 +160,52 @@ def prompt_split(tok, max_prompt_tokens: int, num_eval: int
   """(training, evaluation) prompts whose chat ids fit `max_prompt_tokens`."""
   return lm_prompts.split(num_eval=num_eval, fits=lambda c: len(
       lm_prompts.encode(tok, c)) <= max_prompt_tokens)
+
+
+def round_pools(train_prompts: Sequence[lm_prompts.Prompt], data_round: int,
+                first: dict[str, int], num_greedy: int, num_sampled: int
+                ) -> tuple[list[lm_prompts.Prompt], list[lm_prompts.Prompt]]:
+  """(greedy, sampled) training prompts of `data_round` (`--data_round`): even and
+  odd positions of the training order, swapped every round, so that each
+  temperature's prompts do not depend on the other's count and the caches stay
+  valid when either changes."""
+  if data_round < 0:
+    raise ValueError(f'data_round: must be >= 0, got {data_round}')
+  if data_round >= 2 and num_greedy > 0:
+    raise ValueError(f'data_round: round {data_round} would decode greedily the '
+                     f'prompts round {data_round - 2} did (same outputs); set '
+                     '--num_greedy=0')
+  greedy = list(train_prompts[data_round % 2::2][first['greedy']:][:num_greedy])
+  sampled = list(train_prompts[(data_round + 1) % 2::2][first['sampled']:]
+                 [:num_sampled])
+  return greedy, sampled
+
+
+def round_dir(out_dir: str, key: str, data_round: int) -> str:
+  """The cache of one round's training decodes (`key` train_t0 or train_t1)."""
+  return os.path.join(out_dir, f'gen_{key}' + (f'_r{data_round}' if data_round else ''))
+
+
+def round_dirs(out_dir: str, key: str) -> list[str]:
+  """Every round's cache of `key` on disk, in round order."""
+  rounds = [0] + sorted(int(d.rsplit('_r', 1)[1]) for d in glob.glob(
+      os.path.join(out_dir, f'gen_{key}_r*')) if d.rsplit('_r', 1)[1].isdigit())
+  return [round_dir(out_dir, key, r) for r in rounds
+          if os.path.isdir(round_dir(out_dir, key, r))]
+
+
+def round_record(summary: dict[str, Any], data_round: int) -> dict[str, Any]:
+  """What `generate` recorded of one round (summaries from before rounds kept
+  round 0's record at the top level)."""
+  rounds = summary.get('rounds', {})
+  if str(data_round) in rounds:
+    return rounds[str(data_round)]
+  if data_round == 0 and 'generate_backend' in summary:
+    return dict(generate_backend=summary['generate_backend'],
+                first_prompts=summary.get('first_prompts', dict(greedy=0, sampled=0)),
+                generate_minutes=summary.get('generate_minutes', 0.0),
+                gen_batch=summary.get('gen_batch'))
+  return {}
 
 
 def bucketed(ids: Sequence[Sequence[int]], pad_id: int, bucket: int) -> np.ndarray:
@@ -956,6 +1011,58 @@ def write_card(ship: str, info: dict[str, Any]) -> None:
     f.write(card)
 
 
+def round_counts(out_dir: str) -> dict[str, dict[str, dict[str, int]]]:
+  """{round: {'rows': {temperature: n}, 'tokens': {temperature: n}}} of the
+  training decodes on disk."""
+  out = {}
+  for t, key in (('0', 'train_t0'), ('1', 'train_t1')):
+    for d in round_dirs(out_dir, key):
+      r = d.rsplit('_r', 1)[1] if '_r' in os.path.basename(d) else '0'
+      batches = load_decodes(d)
+      c = out.setdefault(r, dict(rows={'0': 0, '1': 0}, tokens={'0': 0, '1': 0}))
+      c['rows'][t] = int(sum(len(b['lengths']) for b in batches))
+      c['tokens'][t] = int(sum(b['lengths'].sum() for b in batches))
+  return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+
+
+def prompts_words(num_train: int, num_eval: int, max_prompt_tokens: int) -> str:
+  return (
+      f'{num_train} training prompts and {num_eval} held-out evaluation prompts, '
+      'chat-templated user messages built by `specdec.lm_prompts` from newstest2014 '
+      'English sources ("Translate to German: ", "Continue this text: ", "Explain in '
+      f'simple words: "), the first {lm_prompts.CNNDM_SENTENCES} sentences of CNN/DM '
+      'test articles ("Summarize: ", "What is this article about? ") and Multi30k '
+      'test_2016 English captions ("Describe this scene in more detail: ", "Write a '
+      'short story that begins: ", "Translate to German: "); every '
+      f'{lm_prompts.HOLDOUT_STRIDE}th text of each source is held out (with any '
+      'repeat of it), so no evaluation text is in a training prompt; prompts of at '
+      f'most {max_prompt_tokens} tokens.')
+
+
+def decodes_words(counts: dict[str, Any], summary: dict[str, Any],
+                  max_new_tokens: int) -> str:
+  """One sentence per round of `generate` (`--data_round`)."""
+  parts = []
+  for r, c in counts.items():
+    rec = round_record(summary, int(r))
+    first = rec.get('first_prompts', dict(greedy=0, sampled=0))
+    parity = ('even', 'odd') if int(r) % 2 == 0 else ('odd', 'even')
+    skipped = (f' after the first {first["greedy"]} greedy and {first["sampled"]} '
+               'sampled ones (which the earlier draft was trained on)'
+               if any(first.values()) else '')
+    backend = ("transformers' `generate` on the same GGUF weights in bfloat16"
+               if rec.get('generate_backend') == 'transformers_bf16' else
+               '`specdec.autoregressive_sample`, float32')
+    batch = f'batches of {rec["gen_batch"]}, ' if rec.get('gen_batch') else ''
+    parts.append(
+        f'Round {r}: {c["rows"]["0"]} training prompts (the {parity[0]} ones of the '
+        f'training order{skipped}) decoded greedily ({c["tokens"]["0"]:,} response '
+        f'tokens) and {c["rows"]["1"]} (the {parity[1]} ones) sampled at temperature '
+        f'1 ({c["tokens"]["1"]:,} tokens), at most {max_new_tokens} new tokens each '
+        f'({batch}{backend}), {rec.get("generate_minutes", 0.0):.1f} min.')
+  return ' '.join(parts)
+
+
 def warm_start_words(t: dict[str, Any]) -> str:
   """The card's words for a run started from an earlier draft (`--init_from`)."""
   w = t.get('warm_start')
@@ -1102,7 +1209,9 @@ def model_card(info: dict[str, Any]) -> str:
   lines += ['', '## Limitations', '',
             f'The draft saw {t["response_tokens"]:,} response tokens '
             f'({t["sequences"]} target decodes'
-            + (', one per training prompt left after the earlier draft\'s'
+            + (f', {len(info["data"]["rounds"])} rounds of `--data_round`'
+               if len(info['data'].get('rounds', {})) > 1 else
+               ', one per training prompt left after the earlier draft\'s'
                if t.get('warm_start') else ', as many as the target could decode in '
                'the time given on a shared 2-core CPU') + ') for '
             f'{t["epochs"]} epochs; its validation loss was lowest at step '
@@ -1184,10 +1293,11 @@ def main(argv):
   # Even and odd positions: each temperature's prompts do not depend on the other's
   # count, so that the caches stay valid when either changes.
   first = dict(greedy=_FIRST_GREEDY.value, sampled=_FIRST_SAMPLED.value)
-  greedy_prompts = train_prompts[0::2][first['greedy']:][:_NUM_GREEDY.value]
-  sampled_prompts = train_prompts[1::2][first['sampled']:][:_NUM_SAMPLED.value]
-  dirs = dict(train_t0=os.path.join(out_dir, 'gen_train_t0'),
-              train_t1=os.path.join(out_dir, 'gen_train_t1'),
+  data_round = _ROUND.value
+  greedy_prompts, sampled_prompts = round_pools(train_prompts, data_round, first,
+                                                _NUM_GREEDY.value, _NUM_SAMPLED.value)
+  dirs = dict(train_t0=round_dir(out_dir, 'train_t0', data_round),
+              train_t1=round_dir(out_dir, 'train_t1', data_round),
               eval_t0=os.path.join(out_dir, 'gen_eval_t0'),
               eval_t1=os.path.join(out_dir, 'gen_eval_t1'))
   summary_file = os.path.join(out_dir, 'summary.json')
@@ -1210,35 +1320,43 @@ def main(argv):
     log(f'evaluation decodes done in {time.perf_counter() - started:.0f} s')
     hf_model = (transformers_target('bfloat16')
                 if _GEN_BACKEND.value == 'transformers_bf16' else None)
-    generate_training(target, tok, dict(train_t0=greedy_prompts,
-                                        train_t1=sampled_prompts), dirs, _WINDOW.value,
-                      _GEN_BATCH.value, _MAX_NEW.value, _SEED.value, _GEN_MINUTES.value,
-                      hf_model)
-    summary['generate_backend'] = _GEN_BACKEND.value
-    summary['first_prompts'] = first
-    # Minutes of this run (a resumed run adds its own).
-    summary['generate_minutes'] = round(summary.get('generate_minutes', 0.0) + (
-        time.perf_counter() - started) / 60, 1)
+    pools = {k: v for k, v in (('train_t0', greedy_prompts),
+                               ('train_t1', sampled_prompts)) if v}
+    generate_training(target, tok, pools, dirs, _WINDOW.value, _GEN_BATCH.value,
+                      _MAX_NEW.value, _SEED.value + 1009 * data_round,
+                      _GEN_MINUTES.value, hf_model)
+    record = round_record(summary, data_round)
+    summary.setdefault('rounds', {})[str(data_round)] = dict(
+        generate_backend=_GEN_BACKEND.value, first_prompts=first,
+        gen_batch=_GEN_BATCH.value,
+        # Minutes of this run (a resumed run adds its own).
+        generate_minutes=round(record.get('generate_minutes', 0.0) + (
+            time.perf_counter() - started) / 60, 1))
     write_json(summary_file, summary)
 
   if 'soft' in _STAGES.value:
     started = time.perf_counter()
     deadline = started + 60 * _SOFT_MINUTES.value
     # Training batches in window order, both temperatures in turn (as generated).
-    names = sorted({os.path.basename(f) for key in ('train_t0', 'train_t1')
-                    for f in glob.glob(os.path.join(dirs[key], 'batch_*.npz'))
-                    if '.tmp.' not in f})
+    # Training batches round by round, in window order, both temperatures in
+    # turn (as generated).
     done = 0
     hf_model = (transformers_target('bfloat16')
                 if _GEN_BACKEND.value == 'transformers_bf16' else None)
     summary['soft_backend'] = _GEN_BACKEND.value
-    for name in names:
-      for key in ('train_t0', 'train_t1'):
-        if os.path.exists(os.path.join(dirs[key], name)):
-          done += soft_targets_one(target, os.path.join(dirs[key], name),
-                                   _GEN_BATCH.value, _TOP_K.value, deadline,
-                                   hf_model)
-      log(f'soft targets: {done} batches in {time.perf_counter() - started:.0f} s')
+    for t0_dir, t1_dir in itertools.zip_longest(round_dirs(out_dir, 'train_t0'),
+                                                round_dirs(out_dir, 'train_t1')):
+      round_of = [d for d in (t0_dir, t1_dir) if d]
+      names = sorted({os.path.basename(f) for d in round_of
+                      for f in glob.glob(os.path.join(d, 'batch_*.npz'))
+                      if '.tmp.' not in f})
+      for name in names:
+        for d in round_of:
+          if os.path.exists(os.path.join(d, name)):
+            done += soft_targets_one(target, os.path.join(d, name),
+                                     _GEN_BATCH.value, _TOP_K.value, deadline,
+                                     hf_model)
+        log(f'soft targets: {done} batches in {time.perf_counter() - started:.0f} s')
     summary['soft_minutes'] = round(summary.get('soft_minutes', 0.0) + (
         time.perf_counter() - started) / 60, 1)
     write_json(summary_file, summary)
@@ -1250,8 +1368,8 @@ def main(argv):
   if _SHORTLIST.value:
     cfg = dataclasses.replace(cfg, vocab_size=_SHORTLIST.value + 1)
   if 'train' in _STAGES.value:
-    data = (examples(load_decodes(dirs['train_t0']))
-            + examples(load_decodes(dirs['train_t1'])))
+    data = [e for key in ('train_t0', 'train_t1') for d in round_dirs(out_dir, key)
+            for e in examples(load_decodes(d))]
     validation = (examples(load_decodes(dirs['eval_t0']))
                   + examples(load_decodes(dirs['eval_t1'])))
     log(f'training on {len(data)} sequences '
@@ -1306,11 +1424,9 @@ def main(argv):
     with open(os.path.join(ship, 'eval_prompts.jsonl'), 'w') as f:
       for p in eval_prompts:
         f.write(json.dumps(p.to_json(), ensure_ascii=False) + '\n')
-    train_t0, train_t1 = (load_decodes(dirs[k]) for k in ('train_t0', 'train_t1'))
-    tokens = {k: int(sum(b['lengths'].sum() for b in v))
-              for k, v in (('0', train_t0), ('1', train_t1))}
-    rows = {k: int(sum(len(b['lengths']) for b in v))
-            for k, v in (('0', train_t0), ('1', train_t1))}
+    counts = round_counts(out_dir)
+    tokens = {t: sum(c['tokens'][t] for c in counts.values()) for t in ('0', '1')}
+    rows = {t: sum(c['rows'][t] for c in counts.values()) for t in ('0', '1')}
     training = dict(summary['training'])
     training['embedding_init_words'] = (
         'the target\'s embedding projected on its top '
@@ -1335,31 +1451,11 @@ def main(argv):
             train_prompts=dict(greedy=rows['0'], sampled=rows['1']),
             response_tokens=tokens, max_new_tokens=_MAX_NEW.value,
             max_prompt_tokens=_MAX_PROMPT.value,
-            prompts_words=(
-                f'{len(train_prompts)} training prompts (the decodes below use '
-                + (f'the ones after the first {first["greedy"]} greedy and '
-                   f'{first["sampled"]} sampled ones, which the earlier draft was '
-                   'trained on, ' if any(first.values()) else 'the first ones, ')
-                + f'in a fixed mixed order) and {len(eval_prompts)} held-out '
-                'evaluation prompts, chat-templated user messages built by '
-                '`specdec.lm_prompts` from newstest2014 English sources ("Translate to '
-                'German: ", "Continue this text: ", "Explain in simple words: "), the '
-                f'first {lm_prompts.CNNDM_SENTENCES} sentences of CNN/DM test articles '
-                '("Summarize: ", "What is this article about? ") and Multi30k '
-                'test_2016 English captions ("Describe this scene in more detail: ", '
-                '"Write a short story that begins: ", "Translate to German: "); every '
-                f'{lm_prompts.HOLDOUT_STRIDE}th text of each source is held out (with '
-                'any repeat of it), so no evaluation text is in a training prompt; '
-                f'prompts of at most {_MAX_PROMPT.value} tokens.'),
-            decodes_words=(
-                f'{rows["0"]} training prompts decoded greedily '
-                f'({tokens["0"]:,} response tokens) and {rows["1"]} others '
-                f'sampled at temperature 1 ({tokens["1"]:,} tokens), at most '
-                f'{_MAX_NEW.value} new tokens each, in batches of {_GEN_BATCH.value} '
-                + ("(transformers' `generate` on the same GGUF weights in bfloat16), "
-                   if summary.get('generate_backend') == 'transformers_bf16' else
-                   '(`specdec.autoregressive_sample`, float32), ') +
-                f'{summary.get("generate_minutes", 0.0):.1f} min in all.')),
+            rounds={r: dict(c, **round_record(summary, int(r)))
+                    for r, c in counts.items()},
+            prompts_words=prompts_words(len(train_prompts), len(eval_prompts),
+                                        _MAX_PROMPT.value),
+            decodes_words=decodes_words(counts, summary, _MAX_NEW.value)),
         provenance=dict(
             newstest2014='WMT14 newstest2014 English sources (nyu-mll/jiant copy), '
                          'WMT14 shared-task test data, research use',

@@ -219,3 +219,62 @@ def test_transformers_soft_targets_equal_specdec_ones(tmp_path):
       hf, [np.asarray(p) for p in prompts], b["tokens"], 4, chunk=2)
   np.testing.assert_array_equal(theirs_i, np.asarray(ours_i))
   np.testing.assert_allclose(theirs_v, np.asarray(ours_v), atol=1e-4)
+
+
+def test_round_pools_swap_parity_every_round_and_refuse_repeated_greedy_decodes():
+  prompts = list(range(20))
+  first = dict(greedy=0, sampled=0)
+  greedy0, sampled0 = distill_lm.round_pools(prompts, 0, first, 100, 100)
+  greedy1, sampled1 = distill_lm.round_pools(prompts, 1, first, 100, 100)
+  assert greedy0 == sampled1 == list(range(0, 20, 2))
+  assert sampled0 == greedy1 == list(range(1, 20, 2))
+  # Counts and skips apply within each pool.
+  assert distill_lm.round_pools(prompts, 1, dict(greedy=2, sampled=1), 3, 2) == (
+      [5, 7, 9], [2, 4])
+  assert distill_lm.round_pools(prompts, 2, first, 0, 3) == ([], [1, 3, 5])
+  with pytest.raises(ValueError, match="data_round"):
+    distill_lm.round_pools(prompts, 2, first, 1, 3)
+  with pytest.raises(ValueError, match="data_round"):
+    distill_lm.round_pools(prompts, -1, first, 1, 3)
+
+
+def _write_batch(directory, lengths):
+  directory.mkdir(parents=True, exist_ok=True)
+  rows, width = len(lengths), max(lengths)
+  np.savez(directory / f"batch_0000_{len(list(directory.iterdir())):02d}.npz",
+           inputs=np.ones((rows, 3), np.int32), prompt_lengths=np.full(rows, 3),
+           tokens=np.ones((rows, width), np.int32), lengths=np.asarray(lengths))
+
+
+def test_rounds_on_disk_are_counted_and_described_round_by_round(tmp_path):
+  out = str(tmp_path)
+  _write_batch(tmp_path / "gen_train_t0", [4, 5])
+  _write_batch(tmp_path / "gen_train_t1", [6])
+  _write_batch(tmp_path / "gen_train_t0_r1", [7, 8, 9])
+  _write_batch(tmp_path / "gen_train_t0_r10", [1])
+  (tmp_path / "gen_train_t0_rx").mkdir()  # not a round
+  assert distill_lm.round_dirs(out, "train_t0") == [
+      str(tmp_path / d) for d in ("gen_train_t0", "gen_train_t0_r1",
+                                  "gen_train_t0_r10")]
+  assert distill_lm.round_dirs(out, "train_t1") == [str(tmp_path / "gen_train_t1")]
+  counts = distill_lm.round_counts(out)
+  assert list(counts) == ["0", "1", "10"]
+  assert counts["0"] == dict(rows={"0": 2, "1": 1}, tokens={"0": 9, "1": 6})
+  assert counts["1"] == dict(rows={"0": 3, "1": 0}, tokens={"0": 24, "1": 0})
+  # A summary from before rounds keeps round 0's record at its top level.
+  summary = dict(generate_backend="transformers_bf16", generate_minutes=21.8,
+                 first_prompts=dict(greedy=3360, sampled=1536),
+                 rounds={"1": dict(generate_backend="specdec", gen_batch=32,
+                                   first_prompts=dict(greedy=0, sampled=0),
+                                   generate_minutes=3.0)})
+  assert distill_lm.round_record(summary, 0)["generate_minutes"] == 21.8
+  assert distill_lm.round_record(summary, 1)["generate_backend"] == "specdec"
+  assert distill_lm.round_record(summary, 10) == {}
+  words = distill_lm.decodes_words(dict(list(counts.items())[:2]), summary, 96)
+  assert words.startswith(
+      "Round 0: 2 training prompts (the even ones of the training order after the "
+      "first 3360 greedy and 1536 sampled ones (which the earlier draft was trained "
+      "on)) decoded greedily (9 response tokens) and 1 (the odd ones) sampled")
+  assert "in bfloat16), 21.8 min. Round 1: 3 training prompts (the odd ones of" in words
+  assert words.endswith("(batches of 32, `specdec.autoregressive_sample`, float32), "
+                        "3.0 min.")
