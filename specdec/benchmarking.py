@@ -27,7 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec import data, sample, theory
-from specdec.distributions import SamplingConfig, probabilities
+from specdec.distributions import (SamplingConfig, greedy_tokens_checked, probabilities,
+                                   probabilities_checked)
 
 
 def _wall_times(fn: Callable[[], Any], repeats: int, warmup: int) -> list[float]:
@@ -175,6 +176,137 @@ def autoregressive_decoder(target, max_new_tokens: int, sampling: SamplingConfig
     return sample.autoregressive_sample(target, x, key, max_new_tokens=max_new_tokens,
                                         sampling=sampling, eos_id=eos_id)
   return decode
+
+
+# ------------------------------------------------------------------------------
+# The decode loop against its parts: what Theorem 3.8's prediction leaves out.
+# ------------------------------------------------------------------------------
+def _state_sum(tree) -> jax.Array:
+  # Every leaf consumed, so that no part of a prefill is dropped as dead code.
+  return sum(jnp.sum(leaf.astype(jnp.float32)) for leaf in jax.tree.leaves(tree))
+
+
+@functools.partial(jax.jit, static_argnames=("max_length",))
+def _prefill(target, draft, inputs, max_length):
+  out = _state_sum(target.init(inputs, max_length))
+  return out if draft is None else out + _state_sum(draft.init(inputs, max_length))
+
+
+@functools.partial(jax.jit, static_argnames=("chunk", "iterations", "max_length",
+                                             "sampling"))
+def _target_loop(target, inputs, *, chunk, iterations, max_length, sampling):
+  """The target's half of `iterations` decode iterations: one `extend` over `chunk`
+  positions and the next tokens read off its logits (argmax, or the probabilities
+  at a temperature), keeping one position per iteration as a decode keeps n + 1."""
+  state = target.init(inputs, max_length)
+  tokens = jnp.tile(target.start_tokens(inputs)[:, None], (1, chunk))
+
+  def body(_, carry):
+    state, acc = carry
+    start = target.lengths(state)
+    logits, state = target.extend(state, tokens)
+    if sampling.greedy:
+      acc = acc + jnp.sum(greedy_tokens_checked(logits)[0])
+    else:
+      acc = acc + jnp.sum(probabilities_checked(logits, sampling)[0][..., 0])
+    return target.rewind(state, start + 1), acc
+
+  return jax.lax.fori_loop(0, iterations, body, (state, jnp.zeros((), jnp.float32)))[1]
+
+
+@functools.partial(jax.jit, static_argnames=("gamma", "iterations", "max_length",
+                                             "sampling"))
+def _draft_loop(target, draft, inputs, key, *, gamma, iterations, max_length,
+                sampling):
+  """The draft's half: `iterations` x the sampler's own gamma draft steps (its first
+  over a 2-token pending chunk), keeping one position per iteration."""
+  state = draft.init(inputs, max_length)
+  start_token = target.start_tokens(inputs)
+  pending = jnp.stack([start_token, start_token], axis=1)
+  num_pending = jnp.ones(start_token.shape, jnp.int32)
+  row_keys = sample._row_keys(key, inputs.shape[0])  # pylint: disable=protected-access
+
+  def body(i, carry):
+    state, acc = carry
+    start = draft.lengths(state)
+    keys = sample._iteration_keys(  # pylint: disable=protected-access
+        row_keys, jnp.full(start.shape, i), gamma + 2)
+    x, _, _, state = sample._draft(  # pylint: disable=protected-access
+        draft, state, pending, num_pending, keys[:, :gamma], sampling, gamma)
+    return draft.rewind(state, start + 1), acc + jnp.sum(x)
+
+  return jax.lax.fori_loop(0, iterations, body, (state, jnp.zeros((), jnp.int32)))[1]
+
+
+def loop_costs(target, draft, inputs: jax.Array, gamma: int, max_new_tokens: int,
+               sampling: SamplingConfig, key: jax.Array, rounds: int = 3,
+               repeats: int = 2) -> dict[str, float]:
+  """The speculative decode loop timed against the parts Theorem 3.8 counts.
+
+  On `inputs` [1, S] with no EOS (every decode runs `max_new_tokens`), in interleaved
+  rounds (minimum of `repeats` per round, minimum over rounds):
+
+  - the whole speculative decode and the whole baseline decode, each less its
+    prefill (`init`, timed alone), per iteration and per token;
+  - the same number of iterations of the target's half alone (`extend` over gamma +
+    1 positions, the next tokens off the logits) and of the draft's half alone (the
+    sampler's gamma draft steps), each less its prefill;
+  - the target's one-token step in the same kind of loop.
+
+  Returns seconds ("spec_iteration", "target_chunk", "draft_steps", "overhead" =
+  spec_iteration - target_chunk - draft_steps, "baseline_token", "target_step"), the
+  decode's own "iterations" and "tokens_per_iteration", and "speedup" (the decode
+  loops' measured speed-up, prefill excluded), "predicted" (Theorem 3.8 with these
+  parts and the decode's own tokens per iteration: tokens_per_iteration x
+  target_step / (target_chunk + draft_steps)), and "measured_over_predicted". With
+  the decode's own tokens per iteration, the ratio isolates the cost model from
+  alpha's estimate: below 1 by the loop's own overhead and by the baseline loop's
+  cost beyond its steps."""
+  if inputs.ndim != 2 or inputs.shape[0] != 1:
+    raise ValueError(f"inputs: one row [1, S] expected, got shape {inputs.shape}")
+  length = max_new_tokens + gamma + 1
+  spec = jax.jit(speculative_decoder(target, draft, gamma, max_new_tokens, sampling,
+                                     None))
+  base = jax.jit(autoregressive_decoder(target, max_new_tokens, sampling, None))
+  out = jax.block_until_ready(spec(inputs, key))
+  iterations = int(out.stats.iterations[0])
+  tokens = int(out.lengths[0])
+  base_length = max_new_tokens + 1
+  calls = dict(
+      spec=lambda: spec(inputs, key).tokens,
+      base=lambda: base(inputs, key).tokens,
+      prefill_both=lambda: _prefill(target, draft, inputs, length),
+      prefill_target=lambda: _prefill(target, None, inputs, length),
+      prefill_base=lambda: _prefill(target, None, inputs, base_length),
+      target_chunk=lambda: _target_loop(target, inputs, chunk=gamma + 1,
+                                        iterations=iterations, max_length=length,
+                                        sampling=sampling),
+      draft_steps=lambda: _draft_loop(target, draft, inputs, key, gamma=gamma,
+                                      iterations=iterations, max_length=length,
+                                      sampling=sampling),
+      target_step=lambda: _target_loop(target, inputs, chunk=1,
+                                       iterations=max_new_tokens,
+                                       max_length=base_length, sampling=sampling))
+  best = {name: float("inf") for name in calls}
+  for _ in range(rounds):
+    for name, fn in calls.items():
+      best[name] = min(best[name], min_seconds(fn, repeats))
+  draft_prefill = max(best["prefill_both"] - best["prefill_target"], 0.0)
+  r = dict(
+      iterations=iterations, tokens=tokens,
+      tokens_per_iteration=tokens / iterations,
+      spec_iteration=(best["spec"] - best["prefill_both"]) / iterations,
+      target_chunk=(best["target_chunk"] - best["prefill_target"]) / iterations,
+      draft_steps=(best["draft_steps"] - draft_prefill) / iterations,
+      baseline_token=(best["base"] - best["prefill_base"]) / max_new_tokens,
+      target_step=(best["target_step"] - best["prefill_base"]) / max_new_tokens,
+      prefill_target=best["prefill_target"], prefill_draft=draft_prefill)
+  r["overhead"] = r["spec_iteration"] - r["target_chunk"] - r["draft_steps"]
+  r["speedup"] = r["baseline_token"] * r["tokens_per_iteration"] / r["spec_iteration"]
+  r["predicted"] = (r["tokens_per_iteration"] * r["target_step"]
+                    / (r["target_chunk"] + r["draft_steps"]))
+  r["measured_over_predicted"] = r["speedup"] / r["predicted"]
+  return r
 
 
 # ------------------------------------------------------------------------------
