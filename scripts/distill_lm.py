@@ -1130,7 +1130,7 @@ def model_card(info: dict[str, Any]) -> str:
       '',
       f'Target decodes (the training data): {info["data"]["decodes_words"]}',
       '',
-  ] + ([f'The draft this one was trained on from was trained on other decodes: '
+  ] + ([f'The earlier draft this one started from was trained on: '
         f'{t["warm_start"]["data"]["decodes_words"]}', '']
        if t.get('warm_start', {}).get('data', {}).get('decodes_words') else []) + [
       'Sources and terms (`specdec/data/PROVENANCE.md`, '
@@ -1196,8 +1196,8 @@ def model_card(info: dict[str, Any]) -> str:
   best = min(history, key=lambda h: h['val_loss'])
   more_data = ('more target decodes (`--generate_minutes`, `--num_greedy`, '
                '`--num_sampled`; the caches resume; once every training prompt is '
-               'decoded, more than one sampled decode per prompt or more source '
-               'texts)')
+               'decoded, `--data_round` decodes each at the other temperature, and '
+               'rounds past 1 sample again; or more source texts)')
   if history[-1]['val_loss'] - best['val_loss'] < 0.01:  # ended at (or near) its best
     verdict = ('and was still falling at the last step ('
                f'{history[-1]["val_loss"]:.3f} at step {history[-1]["step"]}), so '
