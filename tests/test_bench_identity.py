@@ -2,9 +2,6 @@
 float32 T5 pair and a tiny random Llama target behind an injected loader (the shipped
 models are what the script itself runs)."""
 
-import importlib.util
-import pathlib
-import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -12,12 +9,9 @@ import pytest
 
 from specdec.models import llama
 from t5_helpers import random_inputs, tiny_model
+from script_loader import load_script
 
-_SPEC = importlib.util.spec_from_file_location(
-    "bench_identity", pathlib.Path(__file__).parents[1] / "scripts" / "bench_identity.py")
-bench_identity = importlib.util.module_from_spec(_SPEC)
-sys.modules["bench_identity"] = bench_identity
-_SPEC.loader.exec_module(bench_identity)
+bench_identity = load_script("bench_identity")
 
 GAMMA, MAX_NEW_TOKENS = 2, 8
 T5_EOS = 1

@@ -1,7 +1,6 @@
 """scripts/bench_kernel.py: its program computes the chained products (so none is
 skipped) and its JSON has t(k), v(k), GB/s and GFLOP/s for every shape and row count."""
 
-import importlib.util
 import json
 import pathlib
 import subprocess
@@ -9,13 +8,10 @@ import sys
 
 import jax.numpy as jnp
 import numpy as np
+from script_loader import load_script
 
 ROOT = pathlib.Path(__file__).parents[1]
-_SPEC = importlib.util.spec_from_file_location("bench_kernel",
-                                               ROOT / "scripts" / "bench_kernel.py")
-bench_kernel = importlib.util.module_from_spec(_SPEC)
-sys.modules["bench_kernel"] = bench_kernel
-_SPEC.loader.exec_module(bench_kernel)
+bench_kernel = load_script("bench_kernel")
 
 
 def test_stack_program_chains_every_product():

@@ -2,7 +2,6 @@
 Llamas (the shipped pair is what the script itself runs; its end-to-end run is marked
 slow and skips without the shipped draft)."""
 
-import importlib.util
 import json
 import math
 import pathlib
@@ -17,13 +16,10 @@ import pytest
 from specdec import benchmarking, theory
 from specdec.distributions import SamplingConfig
 from specdec.models import llama
+from script_loader import load_script
 
 ROOT = pathlib.Path(__file__).parents[1]
-_SPEC = importlib.util.spec_from_file_location(
-    "bench_lm_pair", ROOT / "scripts" / "bench_lm_pair.py")
-bench_lm_pair = importlib.util.module_from_spec(_SPEC)
-sys.modules["bench_lm_pair"] = bench_lm_pair
-_SPEC.loader.exec_module(bench_lm_pair)
+bench_lm_pair = load_script("bench_lm_pair")
 
 VOCAB, PAD, EOS = 260, 2, 2
 # One gamma keeps the compilations (the file's cost) few; `best_gammas` and `table4`

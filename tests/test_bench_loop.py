@@ -1,10 +1,8 @@
 """benchmarking.loop_costs and scripts/bench_loop.py on tiny random Llamas: the decode
 loop timed against its parts (the numbers are a benchmark's; here their bookkeeping)."""
 
-import importlib.util
 import math
 import pathlib
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -13,13 +11,10 @@ import pytest
 from specdec import benchmarking
 from specdec.distributions import SamplingConfig
 from specdec.models import llama
+from script_loader import load_script
 
 ROOT = pathlib.Path(__file__).parents[1]
-_SPEC = importlib.util.spec_from_file_location("bench_loop",
-                                               ROOT / "scripts" / "bench_loop.py")
-bench_loop = importlib.util.module_from_spec(_SPEC)
-sys.modules["bench_loop"] = bench_loop
-_SPEC.loader.exec_module(bench_loop)
+bench_loop = load_script("bench_loop")
 
 VOCAB, PAD = 97, 0
 GREEDY = SamplingConfig(temperature=0.0)

@@ -1,17 +1,11 @@
 """scripts/bench_verify.py: both output-layer strategies timed, v and the alpha = 1
 bound derived from the timings (tiny settings)."""
 
-import importlib.util
-import pathlib
-import sys
 
 import pytest
+from script_loader import load_script
 
-_SPEC = importlib.util.spec_from_file_location(
-    "bench_verify", pathlib.Path(__file__).parents[1] / "scripts" / "bench_verify.py")
-bench_verify = importlib.util.module_from_spec(_SPEC)
-sys.modules["bench_verify"] = bench_verify
-_SPEC.loader.exec_module(bench_verify)
+bench_verify = load_script("bench_verify")
 
 
 def test_costs_and_the_perfect_draft_bound():

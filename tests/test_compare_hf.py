@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -14,12 +11,9 @@ pytest.importorskip("torch", reason="the comparison needs torch (the `hf` extra)
 pytest.importorskip("transformers", reason="the comparison needs transformers (the `hf` extra)")
 
 from t5_helpers import random_inputs, tiny_model  # pylint: disable=g-import-not-at-top
+from script_loader import load_script
 
-_SPEC = importlib.util.spec_from_file_location(
-    "compare_hf", pathlib.Path(__file__).parents[1] / "scripts" / "compare_hf.py")
-compare_hf = importlib.util.module_from_spec(_SPEC)
-sys.modules["compare_hf"] = compare_hf
-_SPEC.loader.exec_module(compare_hf)
+compare_hf = load_script("compare_hf")
 
 GAMMA, MAX_NEW = 2, 6
 SYSTEM_FIELDS = ("implementation", "settings", "baseline", "prompt_seconds",

@@ -1,20 +1,14 @@
 """scripts/train_pair.py trains, logs validation loss, and resumes exactly."""
 
-import importlib.util
-import pathlib
-import sys
 
 import jax
 import numpy as np
 import pytest
 
 from specdec.models import t5
+from script_loader import load_script
 
-_SPEC = importlib.util.spec_from_file_location(
-    "train_pair", pathlib.Path(__file__).parents[1] / "scripts" / "train_pair.py")
-train_pair = importlib.util.module_from_spec(_SPEC)
-sys.modules["train_pair"] = train_pair  # dataclasses look their module up there.
-_SPEC.loader.exec_module(train_pair)
+train_pair = load_script("train_pair")
 
 CFG = t5.tiny_config("1.1", vocab_size=32, num_encoder_layers=1, num_decoder_layers=1)
 
