@@ -1048,7 +1048,7 @@ def decodes_words(counts: dict[str, Any], summary: dict[str, Any],
     first = rec.get('first_prompts', dict(greedy=0, sampled=0))
     parity = ('even', 'odd') if int(r) % 2 == 0 else ('odd', 'even')
     skipped = (f' after the first {first["greedy"]} greedy and {first["sampled"]} '
-               'sampled ones (which the earlier draft was trained on)'
+               'sampled ones, decoded for an earlier draft'
                if any(first.values()) else '')
     backend = ("transformers' `generate` on the same GGUF weights in bfloat16"
                if rec.get('generate_backend') == 'transformers_bf16' else
@@ -1079,6 +1079,31 @@ def warm_start_words(t: dict[str, Any]) -> str:
       words += f'; teacher-forced alpha {alpha["0"]:.3f} / {alpha["1"]:.3f}'
     words += ')'
   return words + ', then '
+
+
+def training_verdict(t: dict[str, Any]) -> str:
+  """The card's reading of a run's validation losses (`t`: pair.json's
+  draft.training): what to add first, more steps or more data."""
+  history = t['history']
+  best = min(history, key=lambda h: h['val_loss'])
+  more_data = ('more target decodes (`--generate_minutes`, `--num_greedy`, '
+               '`--num_sampled`; the caches resume; once every training prompt is '
+               'decoded, `--data_round` decodes each at the other temperature, and '
+               'rounds past 1 sample again; or more source texts)')
+  stopped_early = t.get('stopped_at', t['steps']) < t.get('planned_steps', t['steps'])
+  if stopped_early:  # `--patience` ended the run: later validations were no better
+    verdict = ('and no later validation was lower (the run stopped at step '
+               f'{t["stopped_at"]}, {history[-1]["val_loss"]:.3f}), so it is limited by '
+               f'data rather than steps: {more_data} are the first thing to add')
+  elif history[-1]['val_loss'] - best['val_loss'] < 0.01:  # ended at (or near) its best
+    verdict = ('and was still falling at the last step ('
+               f'{history[-1]["val_loss"]:.3f} at step {history[-1]["step"]}), so '
+               'more steps over the same data are the first thing to add '
+               f'(`--train_minutes`), then {more_data}')
+  else:
+    verdict = ('and rose after, so it is limited by data rather than steps: '
+               f'{more_data} are the first thing to add')
+  return verdict
 
 
 def model_card(info: dict[str, Any]) -> str:
@@ -1194,18 +1219,7 @@ def model_card(info: dict[str, Any]) -> str:
             f'{v:.2f}x' for v in sweep['predicted'][key].values()) + ' |')
   history = t['history']
   best = min(history, key=lambda h: h['val_loss'])
-  more_data = ('more target decodes (`--generate_minutes`, `--num_greedy`, '
-               '`--num_sampled`; the caches resume; once every training prompt is '
-               'decoded, `--data_round` decodes each at the other temperature, and '
-               'rounds past 1 sample again; or more source texts)')
-  if history[-1]['val_loss'] - best['val_loss'] < 0.01:  # ended at (or near) its best
-    verdict = ('and was still falling at the last step ('
-               f'{history[-1]["val_loss"]:.3f} at step {history[-1]["step"]}), so '
-               'more steps over the same data are the first thing to add '
-               f'(`--train_minutes`), then {more_data}')
-  else:
-    verdict = ('and rose after, so it is limited by data rather than steps: '
-               f'{more_data} are the first thing to add')
+  verdict = training_verdict(t)
   lines += ['', '## Limitations', '',
             f'The draft saw {t["response_tokens"]:,} response tokens '
             f'({t["sequences"]} target decodes'

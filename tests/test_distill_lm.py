@@ -273,8 +273,25 @@ def test_rounds_on_disk_are_counted_and_described_round_by_round(tmp_path):
   words = distill_lm.decodes_words(dict(list(counts.items())[:2]), summary, 96)
   assert words.startswith(
       "Round 0: 2 training prompts (the even ones of the training order after the "
-      "first 3360 greedy and 1536 sampled ones (which the earlier draft was trained "
-      "on)) decoded greedily (9 response tokens) and 1 (the odd ones) sampled")
+      "first 3360 greedy and 1536 sampled ones, decoded for an earlier draft) "
+      "decoded greedily (9 response tokens) and 1 (the odd ones) sampled")
   assert "in bfloat16), 21.8 min. Round 1: 3 training prompts (the odd ones of" in words
   assert words.endswith("(batches of 32, `specdec.autoregressive_sample`, float32), "
                         "3.0 min.")
+
+
+def test_the_card_reads_a_patience_stop_as_a_data_limit_not_as_still_falling():
+  history = _history([4.09, 3.93, 3.80, 3.83, 3.815, 3.806], every=50)
+  # Stopped by --patience at step 250 of 400 planned: its last loss is within 0.01
+  # of the best, yet no later validation was lower.
+  stopped = dict(history=history, steps=100, stopped_at=250, planned_steps=400)
+  words = distill_lm.training_verdict(stopped)
+  assert words.startswith("and no later validation was lower (the run stopped at "
+                          "step 250, 3.806), so it is limited by data")
+  assert "still falling" not in words
+  ran_out = dict(history=history[:3], steps=100, stopped_at=100, planned_steps=100)
+  assert distill_lm.training_verdict(ran_out).startswith(
+      "and was still falling at the last step (3.800 at step 100)")
+  rose = dict(history=_history([4.09, 3.93, 3.80, 3.95], every=50), steps=100,
+              stopped_at=150, planned_steps=150)
+  assert distill_lm.training_verdict(rose).startswith("and rose after")
