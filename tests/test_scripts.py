@@ -17,7 +17,9 @@ ROOT = pathlib.Path(__file__).parents[1]
 def _scripts_imported_by_tests():
   names = set()
   for path in (ROOT / "tests").glob("test_*.py"):
-    names.update(re.findall(r'"scripts" / "(\w+)\.py"', path.read_text()))
+    text = path.read_text()
+    names.update(re.findall(r'"scripts" / "(\w+)\.py"', text))
+    names.update(re.findall(r'load_script\("(\w+)"\)', text))  # tests/script_loader.py
   return sorted(names)
 
 
