@@ -1011,6 +1011,18 @@ def write_card(ship: str, info: dict[str, Any]) -> None:
     f.write(card)
 
 
+def kept_from_shipped(old: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+  """What `package` keeps of the shipped pair.json (`old`) it replaces: the other
+  shipped drafts (`draft_full`), and the shape measurements (`candidates`, from
+  `--stages=time`) unless this run measured its own; the new draft's measurements
+  come from `evaluate`."""
+  kept = {k: v for k, v in old.items() if k.startswith('draft_')}
+  candidates = summary.get('candidates', old.get('candidates'))
+  if candidates is not None:
+    kept['candidates'] = candidates
+  return kept
+
+
 def round_counts(out_dir: str) -> dict[str, dict[str, dict[str, int]]]:
   """{round: {'rows': {temperature: n}, 'tokens': {temperature: n}}} of the
   training decodes on disk."""
@@ -1238,7 +1250,8 @@ def model_card(info: dict[str, Any]) -> str:
               'One draft `extend` of one token against the target\'s, random weights, '
               'batch 1, float32 (`--stages=time`, `benchmarking.step_costs`); v as '
               'measured beside each. d 128\'s float32 embedding (25 MB) fits the '
-              'machine\'s 32 MiB L3 cache and d 192\'s (38 MB) does not, the likely '
+              '32 MiB L3 cache of the machine they were measured on and d 192\'s '
+              '(38 MB) does not, the likely '
               'reason for the step between them:', '',
               '| shape | parameters | t_q ms | c | predicted speed-up at alpha '
               '0.7 / 0.8 / 0.9 |', '|---|---|---|---|---|']
@@ -1478,14 +1491,11 @@ def main(argv):
             multi30k='Multi30k task 1 test_2016 English captions (Elliott et al. '
                      '2016), non-commercial research and education use',
             target='HuggingFaceTB/SmolLM2-135M-Instruct, Apache-2.0'))
-    if 'candidates' in summary:
-      info['candidates'] = summary['candidates']
+    old = {}
     if os.path.exists(pair_file):
       with open(pair_file) as f:
         old = json.load(f)
-      # Other shipped drafts (`draft_full`) stay; the new draft's measurements
-      # come from `evaluate`.
-      info.update({k: v for k, v in old.items() if k.startswith('draft_')})
+    info.update(kept_from_shipped(old, summary))
     write_json(pair_file, info)
     write_card(ship, info)
     log(f'packaged {draft_dir} ({info["draft"]["bytes"]:,} bytes)')

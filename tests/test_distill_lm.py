@@ -295,3 +295,13 @@ def test_the_card_reads_a_patience_stop_as_a_data_limit_not_as_still_falling():
   rose = dict(history=_history([4.09, 3.93, 3.80, 3.95], every=50), steps=100,
               stopped_at=150, planned_steps=150)
   assert distill_lm.training_verdict(rose).startswith("and rose after")
+
+
+def test_package_keeps_the_shipped_shape_measurements_unless_it_has_its_own():
+  old = dict(draft=dict(steps=1), draft_full=dict(alpha=0.3), metrics={},
+             candidates=dict(d128_l1=dict(c=0.078)))
+  kept = distill_lm.kept_from_shipped(old, summary={})
+  assert kept == dict(draft_full=dict(alpha=0.3), candidates=dict(d128_l1=dict(c=0.078)))
+  fresh = distill_lm.kept_from_shipped(old, dict(candidates=dict(d256_l1=dict(c=0.17))))
+  assert fresh["candidates"] == dict(d256_l1=dict(c=0.17))
+  assert distill_lm.kept_from_shipped({}, {}) == {}
