@@ -68,14 +68,9 @@ def run(target, draft, prompts, gammas, temperatures, max_new_tokens: int,
         row[f] = total(f, "iterations") / iterations
       for f in ("baseline_token", "target_step"):
         row[f] = total(f, "tokens") / tokens
-      row["overhead"] = row["spec_iteration"] - row["target_chunk"] - row["draft_steps"]
       row["c"] = row["draft_steps"] / g / row["target_step"]
       row["v"] = row["target_chunk"] / row["target_step"]
-      row["speedup"] = (row["baseline_token"] * row["tokens_per_iteration"]
-                        / row["spec_iteration"])
-      row["predicted"] = (row["tokens_per_iteration"] * row["target_step"]
-                          / (row["target_chunk"] + row["draft_steps"]))
-      row["measured_over_predicted"] = row["speedup"] / row["predicted"]
+      benchmarking.loop_ratios(row)
       row["per_prompt"] = parts
       rows.append(row)
   return rows

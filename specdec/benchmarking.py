@@ -301,6 +301,12 @@ def loop_costs(target, draft, inputs: jax.Array, gamma: int, max_new_tokens: int
       baseline_token=(best["base"] - best["prefill_base"]) / max_new_tokens,
       target_step=(best["target_step"] - best["prefill_base"]) / max_new_tokens,
       prefill_target=best["prefill_target"], prefill_draft=draft_prefill)
+  return loop_ratios(r)
+
+
+def loop_ratios(r: dict[str, Any]) -> dict[str, Any]:
+  """`loop_costs`' derived figures from its seconds and tokens per iteration (also
+  for figures pooled over prompts): overhead, speedup, predicted and their ratio."""
   r["overhead"] = r["spec_iteration"] - r["target_chunk"] - r["draft_steps"]
   r["speedup"] = r["baseline_token"] * r["tokens_per_iteration"] / r["spec_iteration"]
   r["predicted"] = (r["tokens_per_iteration"] * r["target_step"]
