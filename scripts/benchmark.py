@@ -440,6 +440,15 @@ def _agreeing(model):
   return model.replace(params=params)
 
 
+def _random_params(cfg: t5.T5Config, seed: int):
+  """Random weights for `shapes_only`: numpy's float32 draw on a CPU; on an
+  accelerator drawn there, in the config's dtype (bfloat16 for the presets), as
+  inference stores them."""
+  if jax.default_backend() == "cpu":
+    return jax.device_put(t5.random_params(cfg, seed=seed))
+  return t5.device_random_params(cfg, seed=seed)
+
+
 def shapes_only(target_name: str, draft_name: str, gammas: Sequence[int],
                 max_new_tokens: int, repeats: int, seed: int,
                 input_length: int = 32, packed: bool = True) -> dict[str, Any]:
@@ -448,10 +457,8 @@ def shapes_only(target_name: str, draft_name: str, gammas: Sequence[int],
   t_baseline_token / t_iteration for any alpha (Section 3; Table 2's alphas)."""
   from specdec.sample import speculative_sample  # pylint: disable=g-import-not-at-top
   tcfg, dcfg = _config(target_name), _config(draft_name)
-  target = _maybe_packed(
-      t5.T5(tcfg, jax.device_put(t5.random_params(tcfg, seed=seed + 1))), packed)
-  draft = _maybe_packed(
-      t5.T5(dcfg, jax.device_put(t5.random_params(dcfg, seed=seed + 2))), packed)
+  target = _maybe_packed(t5.T5(tcfg, _random_params(tcfg, seed + 1)), packed)
+  draft = _maybe_packed(t5.T5(dcfg, _random_params(dcfg, seed + 2)), packed)
   x = jnp.asarray(np.random.default_rng(seed).integers(
       2, 32000, size=(1, input_length)), jnp.int32)
   greedy = SamplingConfig(temperature=0.0)
@@ -460,6 +467,7 @@ def shapes_only(target_name: str, draft_name: str, gammas: Sequence[int],
   def base():
     return autoregressive_sample(target, x, key, max_new_tokens=max_new_tokens,
                                  sampling=greedy, eos_id=None).tokens
+  base_tokens = np.asarray(base())
   t_base = benchmarking.median_seconds(base, repeats) / max_new_tokens
   rows = []
   for gamma in gammas:
@@ -476,8 +484,14 @@ def shapes_only(target_name: str, draft_name: str, gammas: Sequence[int],
       runs[label] = dict(t_iteration=seconds / iterations, iterations=iterations,
                          accepted=int(out.stats.accepted[0]),
                          drafted=int(out.stats.drafted[0]))
+      if label == "random":
+        # Greedy speculative decoding must give the target's greedy decode.
+        runs[label]["identical"] = bool(np.array_equal(np.asarray(out.tokens),
+                                                       base_tokens))
     t_iter = runs["random"]["t_iteration"]
-    costs = benchmarking.step_costs(target, draft, x, gamma, max_new_tokens + gamma + 1,
+    # One cache length for every gamma: t_p1 and t_q compile once, not per gamma.
+    costs = benchmarking.step_costs(target, draft, x, gamma,
+                                    max_new_tokens + max(gammas) + 1,
                                     repeats=max(3, repeats))
     paper = [dict(task=task, temperature=temp, alpha=alpha, paper_speedup=paper_speedup,
                   speedup=float(theory.expected_tokens(alpha, gamma)) * t_base / t_iter,
@@ -489,7 +503,11 @@ def shapes_only(target_name: str, draft_name: str, gammas: Sequence[int],
                      premise_ratio=runs["agreeing"]["t_iteration"] / t_iter, **costs,
                      table2=paper))
   device = jax.devices()[0]
+  weight_bytes = sum(int(m.size) * m.dtype.itemsize for m, _ in
+                     t5.decode_matrices(tcfg, target.params).values())
   return dict(target=target_name, draft=draft_name, dtype=str(np.dtype(tcfg.dtype)),
+              param_dtype=str(jax.tree.leaves(target.params)[0].dtype),
+              decoder_weight_bytes=weight_bytes,
               packed_weights=target.packed is not None,
               device=device.device_kind, platform=device.platform,
               jax_version=jax.__version__, max_new_tokens=max_new_tokens, rows=rows)
@@ -498,14 +516,20 @@ def shapes_only(target_name: str, draft_name: str, gammas: Sequence[int],
 def shapes_markdown(result: dict[str, Any]) -> str:
   lines = [f"Shapes {result['target']} / {result['draft']}, {result['dtype']}, "
            f"{result['device']} ({result['platform']}), batch 1, greedy, "
-           f"{result['max_new_tokens']} tokens", "",
-           "| gamma | base ms/tok | ms/iteration (alpha~0) | ms/iteration (alpha=1) | "
-           "ratio | c | v |", "|" + "---|" * 7]
+           f"{result['max_new_tokens']} tokens", ""]
+  if "decoder_weight_bytes" in result:
+    lines += [f"Target decoder weights: {result['decoder_weight_bytes'] / 1e9:.2f} GB "
+              f"({result['param_dtype']}); 'GB/s' is their streaming rate at t_p1.", ""]
+  lines += ["| gamma | base ms/tok | ms/iteration (alpha~0) | ms/iteration (alpha=1) | "
+            "ratio | t_p1 ms | GB/s | c | v | identical |", "|" + "---|" * 10]
   for r in result["rows"]:
+    gbps = result.get("decoder_weight_bytes", float("nan")) / r["t_p1"] / 1e9
     lines.append(f"| {r['gamma']} | {r['t_baseline_token'] * 1e3:.2f} | "
                  f"{r['runs']['random']['t_iteration'] * 1e3:.2f} | "
                  f"{r['runs']['agreeing']['t_iteration'] * 1e3:.2f} | "
-                 f"{r['premise_ratio']:.2f} | {r['c']:.3f} | {r['v']:.2f} |")
+                 f"{r['premise_ratio']:.2f} | {r['t_p1'] * 1e3:.2f} | {gbps:.0f} | "
+                 f"{r['c']:.3f} | {r['v']:.2f} | "
+                 f"{r['runs']['random'].get('identical', '')} |")
   lines += ["", "| task | temp | gamma | alpha | speed-up here | Thm 3.8 (v = 1) | "
             "refined | paper (TPU-v4, T5-XXL) |", "|" + "---|" * 8]
   for r in result["rows"]:

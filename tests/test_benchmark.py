@@ -168,6 +168,8 @@ def test_shapes_only_premise_and_speedups(tmp_path):
   agreeing, random = row["runs"]["agreeing"], row["runs"]["random"]
   assert agreeing["accepted"] == agreeing["drafted"] > 0
   assert random["accepted"] < random["drafted"]
+  assert random["identical"] is True
+  assert result["decoder_weight_bytes"] > 0 and result["param_dtype"] == "float32"
   for p in row["table2"]:
     expected = (float(theory.expected_tokens(p["alpha"], 7)) * row["t_baseline_token"]
                 / random["t_iteration"])

@@ -952,6 +952,20 @@ def param_shapes(cfg: T5Config) -> dict[str, Any]:
   return jax.tree.map(lambda x: x, _param_shapes(cfg))
 
 
+def _init_std(cfg: T5Config, path, shape) -> float | None:
+  """T5X's initializer scale for the leaf at `path`: None for layer-norm scales (ones);
+  1 for the embedding; 1/sqrt(fan_in) for kernels, a further 1/sqrt(head_dim) for
+  queries; 1/sqrt(buckets) for the relative position tables."""
+  if path[-1].key == 'scale':
+    return None
+  if path[-1].key == 'embedding':
+    return 1.0
+  std = 1.0 / np.sqrt(shape[-1] if path[-1].key == 'rel_embedding' else shape[0])
+  if path[-2].key == 'query':
+    std /= np.sqrt(cfg.head_dim)
+  return float(std)
+
+
 def random_params(cfg: T5Config, seed: int = 0, dtype: Any = np.float32
                   ) -> dict[str, Any]:
   """Random parameters drawn with numpy at T5X's initializer scales.
@@ -965,19 +979,34 @@ def random_params(cfg: T5Config, seed: int = 0, dtype: Any = np.float32
   rng = np.random.default_rng(seed)
 
   def draw(path, leaf) -> np.ndarray:
-    name = path[-2].key
-    if path[-1].key == 'scale':
+    std = _init_std(cfg, path, leaf.shape)
+    if std is None:
       return np.ones(leaf.shape, dtype)
-    if path[-1].key == 'embedding':
-      std = 1.0
-    else:
-      std = 1.0 / np.sqrt(leaf.shape[-1] if path[-1].key == 'rel_embedding'
-                          else leaf.shape[0])
-      if name == 'query':
-        std /= np.sqrt(cfg.head_dim)
     return (rng.standard_normal(leaf.shape, np.float32) * std).astype(dtype)
 
   return jax.tree_util.tree_map_with_path(draw, param_shapes(cfg))
+
+
+@functools.partial(jax.jit, static_argnames=('shape', 'dtype'))
+def _normal_leaf(key: Array, std: Array, shape: tuple[int, ...], dtype: Any) -> Array:
+  return (jax.random.normal(key, shape, jnp.float32) * std).astype(dtype)
+
+
+def device_random_params(cfg: T5Config, seed: int = 0, dtype: Any = None
+                         ) -> dict[str, Any]:
+  """`random_params`' scales, drawn by `jax.random` on the default device in `dtype`
+  (the config's by default), leaf by leaf: for accelerator benchmarks of large
+  shapes (T5-XXL: 11B parameters, 22 GB in bfloat16), which numpy would draw on the
+  host in minutes and hold there in float32 (44 GB) before the copy."""
+  dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(param_shapes(cfg))
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  out = []
+  for key, (path, leaf) in zip(keys, leaves):
+    std = _init_std(cfg, path, leaf.shape)
+    out.append(jnp.ones(leaf.shape, dtype) if std is None else
+               _normal_leaf(key, jnp.float32(std), tuple(leaf.shape), dtype))
+  return jax.tree_util.tree_unflatten(treedef, out)
 
 
 def param_count(cfg: T5Config) -> int:
