@@ -2,6 +2,8 @@ r"""What verifying gamma + 1 tokens costs here, and the speed-up that bounds.
 
     python scripts/bench_verify.py [--model_pair=multi30k_ende] [--max_chunk=8] \
         [--rounds=5] [--output=out/bench_verify.json]
+    python scripts/bench_verify.py --target_config=t5_1_1_large \
+        --draft_config=t5_1_1_small --rounds=3 --output=out/bench_verify_large.json
 
 For the shipped pair: t(k), one target `extend` over a chunk of k tokens, for
 k = 1..max_chunk, with XLA's products (the output layer as one [k, E] x [E, V]
@@ -20,6 +22,11 @@ perfect draft (alpha = 1: gamma + 1 tokens per iteration),
 No draft of this cost can do better at batch 1 on this machine: where the bound is
 below 1, speculative decoding cannot beat the baseline here, whatever the acceptance.
 (The paper's premise is v = 1 on an accelerator with idle parallel compute.)
+
+With `--target_config` and `--draft_config` (`specdec.models.t5.CONFIGS` names, e.g.
+the paper's T5-XXL / T5-small, or T5-large here) the same for those shapes with
+random weights (float32 on a CPU, the presets' dtype elsewhere) on 32 random input
+tokens, instead of the shipped pair.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import os
 from absl import app, flags
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specdec import benchmarking, data, pretrained
 from specdec.models import t5
@@ -40,13 +48,41 @@ _MAX_CHUNK = flags.DEFINE_integer("max_chunk", 8, "Chunks of 1..max_chunk tokens
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Interleaved rounds (minimum reported).")
 _STEPS = flags.DEFINE_integer("steps", 32, "Calls per compiled loop.")
 _OUTPUT = flags.DEFINE_string("output", "out/bench_verify.json", "JSON output.")
+_TARGET_CFG = flags.DEFINE_string("target_config", None, "A t5.CONFIGS name: random-"
+                                  "weight shapes instead of --model_pair.")
+_DRAFT_CFG = flags.DEFINE_string("draft_config", "t5_1_1_small",
+                                 "The draft's t5.CONFIGS name (with --target_config).")
 
 
-def measure(pair: str, draft_name: str, max_chunk: int, rounds: int, steps: int) -> dict:
-  target, draft, vocab = pretrained.load_pair(pair, per_position_logits=0,
-                                              draft=draft_name)
-  x = jnp.asarray(vocab.encode_padded(
-      data.TRANSLATE_PREFIX + pretrained.test_sentences(pair)[0][0], 48))[None]
+def random_pair(target_config: str, draft_config: str, seed: int = 0):
+  """(target, draft, inputs [1, 32]): random-weight T5 presets, float32 on a CPU."""
+  models = []
+  for i, name in enumerate((target_config, draft_config)):
+    if name not in t5.CONFIGS:
+      raise ValueError(f"config: unknown T5 config {name!r}; have {sorted(t5.CONFIGS)}")
+    cfg = t5.CONFIGS[name]
+    if jax.default_backend() == "cpu":
+      cfg = cfg.replace(dtype=jnp.float32)
+      params = jax.device_put(t5.random_params(cfg, seed=seed + 1 + i))
+    else:
+      params = t5.device_random_params(cfg, seed=seed + 1 + i)
+    models.append(t5.T5(cfg, params, per_position_logits=0))
+  x = jnp.asarray(np.random.default_rng(seed).integers(2, 32000, size=(1, 32)),
+                  jnp.int32)
+  return models[0], models[1], x
+
+
+def measure(pair: str, draft_name: str, max_chunk: int, rounds: int, steps: int,
+            target_config: str | None = None, draft_config: str = "t5_1_1_small"
+            ) -> dict:
+  if target_config:
+    target, draft, x = random_pair(target_config, draft_config)
+    pair, draft_name = target_config, draft_config
+  else:
+    target, draft, vocab = pretrained.load_pair(pair, per_position_logits=0,
+                                                draft=draft_name)
+    x = jnp.asarray(vocab.encode_padded(
+        data.TRANSLATE_PREFIX + pretrained.test_sentences(pair)[0][0], 48))[None]
   length = max_chunk + 1
   models = {"target, one product": target,
             "target, per position": target.replace(per_position_logits=max_chunk)}
@@ -115,7 +151,7 @@ def table(result: dict) -> str:
 def main(argv):
   del argv
   result = measure(_PAIR.value, _DRAFT.value, _MAX_CHUNK.value, _ROUNDS.value,
-                   _STEPS.value)
+                   _STEPS.value, _TARGET_CFG.value, _DRAFT_CFG.value)
   text = table(result)
   print(text)
   os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)

@@ -29,3 +29,21 @@ def test_costs_and_the_perfect_draft_bound():
       assert r["speedup_bound_alpha1"] == pytest.approx(r["k"] / (gamma * s["c"] + r["v"]))
   text = bench_verify.table(result)
   assert "bound at alpha 1" in text and "per position" in text and "roofline" in text
+
+
+def test_preset_shapes_instead_of_the_shipped_pair():
+  """--target_config / --draft_config: random-weight presets, float32 on a CPU, the
+  roofline over the preset's own decoder step weights."""
+  result = bench_verify.measure("multi30k_ende", "draft", max_chunk=2, rounds=1, steps=2,
+                                target_config="t5_1_1_small",
+                                draft_config="t5_1_1_small")
+  assert (result["pair"], result["draft"]) == ("t5_1_1_small", "t5_1_1_small")
+  import jax.numpy as jnp
+  from specdec.models import t5
+  cfg = t5.CONFIGS["t5_1_1_small"].replace(dtype=jnp.float32)
+  expected = sum(int(w.size) * 4 for w, _ in t5.decode_matrices(
+      cfg, t5.random_params(cfg)).values())
+  assert result["weight_bytes"] == expected
+  assert [r["k"] for r in result["strategies"]["target, one product"]["rows"]] == [1, 2]
+  with pytest.raises(ValueError, match="t5_1_1_huge"):
+    bench_verify.random_pair("t5_1_1_huge", "t5_1_1_small")
