@@ -163,18 +163,27 @@ def prompt_split(tok, max_prompt_tokens: int, num_eval: int
 
 
 def round_pools(train_prompts: Sequence[lm_prompts.Prompt], data_round: int,
-                first: dict[str, int], num_greedy: int, num_sampled: int
+                first: dict[str, int], num_greedy: int, num_sampled: int,
+                greedy_before: int = 0
                 ) -> tuple[list[lm_prompts.Prompt], list[lm_prompts.Prompt]]:
   """(greedy, sampled) training prompts of `data_round` (`--data_round`): even and
   odd positions of the training order, swapped every round, so that each
   temperature's prompts do not depend on the other's count and the caches stay
-  valid when either changes."""
+  valid when either changes.
+
+  Round r >= 2 decodes greedily only prompts that round r - 2 (the same parity) did
+  not: those before its first greedy one, `greedy_before` (its `--first_greedy`, from
+  the summary); a greedy decode of the same prompt would repeat its output.
+  """
   if data_round < 0:
     raise ValueError(f'data_round: must be >= 0, got {data_round}')
-  if data_round >= 2 and num_greedy > 0:
-    raise ValueError(f'data_round: round {data_round} would decode greedily the '
-                     f'prompts round {data_round - 2} did (same outputs); set '
-                     '--num_greedy=0')
+  if data_round >= 2 and num_greedy > 0 and first['greedy'] + num_greedy > greedy_before:
+    raise ValueError(
+        f'data_round: round {data_round} would decode greedily prompts that round '
+        f'{data_round - 2} did (same outputs): it decoded them from greedy prompt '
+        f'{greedy_before} on, and this round asks for {first["greedy"]} to '
+        f'{first["greedy"] + num_greedy - 1}; set --num_greedy to at most '
+        f'{max(greedy_before - first["greedy"], 0)}')
   greedy = list(train_prompts[data_round % 2::2][first['greedy']:][:num_greedy])
   sampled = list(train_prompts[(data_round + 1) % 2::2][first['sampled']:]
                  [:num_sampled])
@@ -1321,8 +1330,6 @@ def main(argv):
   # count, so that the caches stay valid when either changes.
   first = dict(greedy=_FIRST_GREEDY.value, sampled=_FIRST_SAMPLED.value)
   data_round = _ROUND.value
-  greedy_prompts, sampled_prompts = round_pools(train_prompts, data_round, first,
-                                                _NUM_GREEDY.value, _NUM_SAMPLED.value)
   dirs = dict(train_t0=round_dir(out_dir, 'train_t0', data_round),
               train_t1=round_dir(out_dir, 'train_t1', data_round),
               eval_t0=os.path.join(out_dir, 'gen_eval_t0'),
@@ -1332,6 +1339,11 @@ def main(argv):
   if os.path.exists(summary_file):
     with open(summary_file) as f:
       summary = json.load(f)
+  greedy_before = (round_record(summary, data_round - 2).get(
+      'first_prompts', dict(greedy=0))['greedy'] if data_round >= 2 else 0)
+  greedy_prompts, sampled_prompts = round_pools(train_prompts, data_round, first,
+                                                _NUM_GREEDY.value, _NUM_SAMPLED.value,
+                                                greedy_before)
 
   if 'time' in _STAGES.value:
     summary.setdefault('candidates', {}).update(time_candidates(target, tok, eval_prompts[0],

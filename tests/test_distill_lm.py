@@ -234,6 +234,14 @@ def test_round_pools_swap_parity_every_round_and_refuse_repeated_greedy_decodes(
   assert distill_lm.round_pools(prompts, 2, first, 0, 3) == ([], [1, 3, 5])
   with pytest.raises(ValueError, match="data_round"):
     distill_lm.round_pools(prompts, 2, first, 1, 3)
+  # Round 0 decoded greedily from its 4th greedy prompt on (--first_greedy=3): round 2
+  # may decode the 3 before it, and no more.
+  assert distill_lm.round_pools(prompts, 2, first, 3, 0, greedy_before=3) == (
+      [0, 2, 4], [])
+  with pytest.raises(ValueError, match="at most 3"):
+    distill_lm.round_pools(prompts, 2, first, 4, 0, greedy_before=3)
+  with pytest.raises(ValueError, match="at most 1"):
+    distill_lm.round_pools(prompts, 2, dict(greedy=2, sampled=0), 2, 0, greedy_before=3)
   with pytest.raises(ValueError, match="data_round"):
     distill_lm.round_pools(prompts, -1, first, 1, 3)
 
