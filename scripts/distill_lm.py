@@ -1075,12 +1075,20 @@ def decodes_words(counts: dict[str, Any], summary: dict[str, Any],
                if rec.get('generate_backend') == 'transformers_bf16' else
                '`specdec.autoregressive_sample`, float32')
     batch = f'batches of {rec["gen_batch"]}, ' if rec.get('gen_batch') else ''
+    pools = []  # a round may decode at one temperature only
+    if c['rows']['0']:
+      pools.append(f'{c["rows"]["0"]} training prompts (the {parity[0]} ones of the '
+                   f'training order{skipped}) decoded greedily ({c["tokens"]["0"]:,} '
+                   'response tokens)')
+    if c['rows']['1']:
+      pools.append(f'{c["rows"]["1"]} ' + ('' if pools else 'training prompts ')
+                   + f'(the {parity[1]} ones' + ('' if pools else
+                                                 ' of the training order')
+                   + f') sampled at temperature 1 ({c["tokens"]["1"]:,} tokens)')
     parts.append(
-        f'Round {r}: {c["rows"]["0"]} training prompts (the {parity[0]} ones of the '
-        f'training order{skipped}) decoded greedily ({c["tokens"]["0"]:,} response '
-        f'tokens) and {c["rows"]["1"]} (the {parity[1]} ones) sampled at temperature '
-        f'1 ({c["tokens"]["1"]:,} tokens), at most {max_new_tokens} new tokens each '
-        f'({batch}{backend}), {rec.get("generate_minutes", 0.0):.1f} min.')
+        f'Round {r}: {" and ".join(pools) or "no training prompts"}, at most '
+        f'{max_new_tokens} new tokens each ({batch}{backend}), '
+        f'{rec.get("generate_minutes", 0.0):.1f} min.')
   return ' '.join(parts)
 
 
@@ -1116,11 +1124,16 @@ def training_verdict(t: dict[str, Any]) -> str:
     verdict = ('and no later validation was lower (the run stopped at step '
                f'{t["stopped_at"]}, {history[-1]["val_loss"]:.3f}), so it is limited by '
                f'data rather than steps: {more_data} are the first thing to add')
-  elif history[-1]['val_loss'] - best['val_loss'] < 0.01:  # ended at (or near) its best
+  elif best is history[-1]:  # its last validation was its best
     verdict = ('and was still falling at the last step ('
                f'{history[-1]["val_loss"]:.3f} at step {history[-1]["step"]}), so '
                'more steps over the same data are the first thing to add '
                f'(`--train_minutes`), then {more_data}')
+  elif history[-1]['val_loss'] - best['val_loss'] < 0.01:  # flat after its best
+    verdict = ('and stayed within 0.01 of it after, without falling further '
+               f'({history[-1]["val_loss"]:.3f} at the last step, '
+               f'{history[-1]["step"]}): a plateau, so {more_data} are the first '
+               'thing to add')
   else:
     verdict = ('and rose after, so it is limited by data rather than steps: '
                f'{more_data} are the first thing to add')

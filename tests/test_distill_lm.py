@@ -284,6 +284,9 @@ def test_rounds_on_disk_are_counted_and_described_round_by_round(tmp_path):
       "first 3360 greedy and 1536 sampled ones, decoded for an earlier draft) "
       "decoded greedily (9 response tokens) and 1 (the odd ones) sampled")
   assert "in bfloat16), 21.8 min. Round 1: 3 training prompts (the odd ones of" in words
+  # Round 1 sampled nothing: its empty pool is left out, not counted as "0 (...)".
+  assert ("Round 1: 3 training prompts (the odd ones of the training order) decoded "
+          "greedily (24 response tokens), at most 96 new tokens each") in words
   assert words.endswith("(batches of 32, `specdec.autoregressive_sample`, float32), "
                         "3.0 min.")
 
@@ -300,6 +303,14 @@ def test_the_card_reads_a_patience_stop_as_a_data_limit_not_as_still_falling():
   ran_out = dict(history=history[:3], steps=100, stopped_at=100, planned_steps=100)
   assert distill_lm.training_verdict(ran_out).startswith(
       "and was still falling at the last step (3.800 at step 100)")
+  # Ran its planned steps, best one validation before the end, the last 0.009 above
+  # it: flat, not falling.
+  flat = dict(history=_history([3.80, 3.76, 3.754, 3.763], every=50), steps=100,
+              stopped_at=150, planned_steps=150)
+  words = distill_lm.training_verdict(flat)
+  assert words.startswith("and stayed within 0.01 of it after, without falling "
+                          "further (3.763 at the last step, 150): a plateau")
+  assert "still falling" not in words
   rose = dict(history=_history([4.09, 3.93, 3.80, 3.95], every=50), steps=100,
               stopped_at=150, planned_steps=150)
   assert distill_lm.training_verdict(rose).startswith("and rose after")
