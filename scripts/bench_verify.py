@@ -55,18 +55,13 @@ _DRAFT_CFG = flags.DEFINE_string("draft_config", "t5_1_1_small",
 
 
 def random_pair(target_config: str, draft_config: str, seed: int = 0):
-  """(target, draft, inputs [1, 32]): random-weight T5 presets, float32 on a CPU."""
+  """(target, draft, inputs [1, 32]): random-weight T5 presets, float32 on a CPU
+  (`benchmarking.t5_shape_config`, `benchmarking.random_t5_params`)."""
   models = []
   for i, name in enumerate((target_config, draft_config)):
-    if name not in t5.CONFIGS:
-      raise ValueError(f"config: unknown T5 config {name!r}; have {sorted(t5.CONFIGS)}")
-    cfg = t5.CONFIGS[name]
-    if jax.default_backend() == "cpu":
-      cfg = cfg.replace(dtype=jnp.float32)
-      params = jax.device_put(t5.random_params(cfg, seed=seed + 1 + i))
-    else:
-      params = t5.device_random_params(cfg, seed=seed + 1 + i)
-    models.append(t5.T5(cfg, params, per_position_logits=0))
+    cfg = benchmarking.t5_shape_config(name)
+    models.append(t5.T5(cfg, benchmarking.random_t5_params(cfg, seed + 1 + i),
+                        per_position_logits=0))
   x = jnp.asarray(np.random.default_rng(seed).integers(2, 32000, size=(1, 32)),
                   jnp.int32)
   return models[0], models[1], x

@@ -113,26 +113,14 @@ def _maybe_packed(model, packed: bool):
 # ------------------------------------------------------------------------------
 # Models, tasks, settings.
 # ------------------------------------------------------------------------------
-def _config(name: str, vocab_size: int = t5.T5_VOCAB_SIZE) -> t5.T5Config:
-  if name == "tiny":
-    return t5.tiny_config("1.1", vocab_size=vocab_size)
-  if name not in t5.CONFIGS:
-    raise ValueError(f"config: unknown T5 config {name!r}; have 'tiny' and "
-                     f"{sorted(t5.CONFIGS)}")
-  # float32 on CPUs (XLA's CPU bfloat16 is emulated); the presets' bfloat16 elsewhere.
-  cfg = t5.CONFIGS[name]
-  if jax.default_backend() == "cpu":
-    cfg = cfg.replace(dtype=jnp.float32)
-  return cfg
-
-
 def load_models(target_config, draft_config, target_checkpoint, draft_checkpoint,
                 random_weights: bool, pair: str):
   """(target, draft, target cfg, draft cfg, description) from the flags' choices."""
   if target_config or draft_config:
     if not (target_config and draft_config):
       raise ValueError("target_config and draft_config go together")
-    tcfg, dcfg = _config(target_config), _config(draft_config)
+    tcfg, dcfg = (benchmarking.t5_shape_config(target_config),
+                  benchmarking.t5_shape_config(draft_config))
     if random_weights:
       if target_checkpoint or draft_checkpoint:
         raise ValueError("random_weights excludes target_checkpoint/draft_checkpoint")
@@ -440,15 +428,6 @@ def _agreeing(model):
   return model.replace(params=params)
 
 
-def _random_params(cfg: t5.T5Config, seed: int):
-  """Random weights for `shapes_only`: numpy's float32 draw on a CPU; on an
-  accelerator drawn there, in the config's dtype (bfloat16 for the presets), as
-  inference stores them."""
-  if jax.default_backend() == "cpu":
-    return jax.device_put(t5.random_params(cfg, seed=seed))
-  return t5.device_random_params(cfg, seed=seed)
-
-
 def shapes_only(target_name: str, draft_name: str, gammas: Sequence[int],
                 max_new_tokens: int, repeats: int, seed: int,
                 input_length: int = 32, packed: bool = True) -> dict[str, Any]:
@@ -456,9 +435,10 @@ def shapes_only(target_name: str, draft_name: str, gammas: Sequence[int],
   random-weight shapes gives speed-up(alpha) = E[tokens](alpha, gamma) x
   t_baseline_token / t_iteration for any alpha (Section 3; Table 2's alphas)."""
   from specdec.sample import speculative_sample  # pylint: disable=g-import-not-at-top
-  tcfg, dcfg = _config(target_name), _config(draft_name)
-  target = _maybe_packed(t5.T5(tcfg, _random_params(tcfg, seed + 1)), packed)
-  draft = _maybe_packed(t5.T5(dcfg, _random_params(dcfg, seed + 2)), packed)
+  tcfg, dcfg = (benchmarking.t5_shape_config(target_name),
+                benchmarking.t5_shape_config(draft_name))
+  target = _maybe_packed(t5.T5(tcfg, benchmarking.random_t5_params(tcfg, seed + 1)), packed)
+  draft = _maybe_packed(t5.T5(dcfg, benchmarking.random_t5_params(dcfg, seed + 2)), packed)
   x = jnp.asarray(np.random.default_rng(seed).integers(
       2, 32000, size=(1, input_length)), jnp.int32)
   greedy = SamplingConfig(temperature=0.0)

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec import data, sample, theory
+from specdec.models import t5
 from specdec.distributions import (SamplingConfig, greedy_tokens_checked, probabilities,
                                    probabilities_checked)
 
@@ -176,6 +177,33 @@ def autoregressive_decoder(target, max_new_tokens: int, sampling: SamplingConfig
     return sample.autoregressive_sample(target, x, key, max_new_tokens=max_new_tokens,
                                         sampling=sampling, eos_id=eos_id)
   return decode
+
+
+# ------------------------------------------------------------------------------
+# Random-weight T5 presets for shape benchmarks (`scripts/benchmark.py
+# --shapes_only`, `scripts/bench_verify.py --target_config`).
+# ------------------------------------------------------------------------------
+def t5_shape_config(name: str, vocab_size: int = t5.T5_VOCAB_SIZE) -> t5.T5Config:
+  """A `t5.CONFIGS` preset (or 'tiny'): float32 on a CPU (XLA:CPU's bfloat16 is
+  emulated), the preset's bfloat16 elsewhere. Raises naming an unknown `name`."""
+  if name == "tiny":
+    return t5.tiny_config("1.1", vocab_size=vocab_size)
+  if name not in t5.CONFIGS:
+    raise ValueError(f"config: unknown T5 config {name!r}; have 'tiny' and "
+                     f"{sorted(t5.CONFIGS)}")
+  cfg = t5.CONFIGS[name]
+  if jax.default_backend() == "cpu":
+    cfg = cfg.replace(dtype=jnp.float32)
+  return cfg
+
+
+def random_t5_params(cfg: t5.T5Config, seed: int) -> Any:
+  """Random weights for shape benchmarks: numpy's float32 draw on a CPU; on an
+  accelerator drawn there, in the config's dtype (bfloat16 for the presets), as
+  inference stores them (`t5.device_random_params`)."""
+  if jax.default_backend() == "cpu":
+    return jax.device_put(t5.random_params(cfg, seed=seed))
+  return t5.device_random_params(cfg, seed=seed)
 
 
 # ------------------------------------------------------------------------------
