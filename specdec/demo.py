@@ -44,6 +44,10 @@ _NUM_PROMPTS = flags.DEFINE_integer(
     "num_prompts", 6, "Held-out chat prompts of the decoder-only pair.")
 _LM_MAX_NEW = flags.DEFINE_integer(
     "lm_max_new_tokens", 48, "Tokens generated at most, decoder-only pair.")
+_LM_DRAFTS = flags.DEFINE_list(
+    "lm_drafts", ["draft+lookup", "draft"], "Drafts of the decoder-only pair, each "
+    "timed side by side with one baseline: 'draft' (distilled), 'draft+lookup' (the "
+    "same mixed with a context n-gram proposal, `specdec.models.lookup`).")
 _LM_REPEATS = flags.DEFINE_integer(
     "lm_repeats", 2, "Timed rounds of each decode of the decoder-only pair.")
 _GAMMA = flags.DEFINE_integer(
@@ -69,10 +73,15 @@ def encode_inputs(vocab, sentences: list[str], length: int) -> list[jax.Array]:
           for s in sentences]
 
 
-def measured_best_gamma(pair: str, temperature: float) -> int:
+def measured_best_gamma(pair: str, temperature: float, draft: str = "draft") -> int:
   """The gamma of the highest measured speed-up at this temperature on the pair's own
-  test set (`scripts/evaluate_pair.py`, in the model card), or 1 if none is recorded."""
+  test set (`scripts/evaluate_pair.py`, in the model card), or 1 if none is recorded.
+  A decoder-only pair's "+lookup" draft takes its own ("context_lookup" in the card)
+  where the card has one."""
   info = pretrained.pair_info(pair)
+  _, lookup = pretrained.split_lookup(draft)
+  if lookup and "best_gamma" in info.get("context_lookup", {}):
+    return int(info["context_lookup"]["best_gamma"].get(f"{temperature:g}", 1))
   if "best_gamma" in info:  # decoder-only pairs: {temperature: gamma}
     return int(info["best_gamma"].get(f"{temperature:g}", 1))
   best = info.get("metrics", {}).get("best", {})
@@ -136,16 +145,40 @@ def _decode_row(target, draft, draft_name: str, inputs: list[jax.Array], gamma: 
                 repeats: int) -> tuple[dict, list, list]:
   """One Table-2-style row: c and v measured on the first input, baseline and
   speculative decodes of every input timed side by side."""
-  costs = benchmarking.step_costs(target, draft, inputs[0], gamma,
-                                  max_new_tokens + gamma + 1)
+  rows, base_out, spec_outs = _decode_rows(target, [(draft_name, draft, gamma)], inputs,
+                                           temperature, max_new_tokens, eos_id, key,
+                                           repeats)
+  return rows[0], base_out, spec_outs[0]
+
+
+def _decode_rows(target, drafts: list[tuple[str, object, int]], inputs: list[jax.Array],
+                 temperature: float, max_new_tokens: int, eos_id: int, key: jax.Array,
+                 repeats: int) -> tuple[list[dict], list, list[list]]:
+  """One Table-2-style row per (name, draft, gamma): c and v measured on the first
+  input, one baseline and every draft's speculative decodes of every input timed side
+  by side (each decoder in turn, prompt by prompt), so that the rows share their
+  baseline."""
   sampling = SamplingConfig(temperature=temperature)
-  timed = benchmarking.time_decodes_paired(dict(
-      baseline=benchmarking.autoregressive_decoder(target, max_new_tokens, sampling,
-                                                   eos_id),
-      speculative=benchmarking.speculative_decoder(target, draft, gamma,
-                                                   max_new_tokens, sampling, eos_id)),
-      inputs, key, repeats)
-  (base_s, base_out), (spec_s, spec_out) = timed["baseline"], timed["speculative"]
+  decoders = dict(baseline=benchmarking.autoregressive_decoder(
+      target, max_new_tokens, sampling, eos_id))
+  for i, (_, draft, gamma) in enumerate(drafts):
+    decoders[f"speculative_{i}"] = benchmarking.speculative_decoder(
+        target, draft, gamma, max_new_tokens, sampling, eos_id)
+  timed = benchmarking.time_decodes_paired(decoders, inputs, key, repeats)
+  base_s, base_out = timed["baseline"]
+  rows, spec_outs = [], []
+  for i, (draft_name, draft, gamma) in enumerate(drafts):
+    costs = benchmarking.step_costs(target, draft, inputs[0], gamma,
+                                    max_new_tokens + gamma + 1)
+    row, spec_out = _row(costs, draft_name, gamma, temperature, base_s, base_out,
+                         *timed[f"speculative_{i}"])
+    rows.append(row)
+    spec_outs.append(spec_out)
+  return rows, base_out, spec_outs
+
+
+def _row(costs: dict, draft_name: str, gamma: int, temperature: float, base_s: float,
+         base_out: list, spec_s: float, spec_out: list) -> tuple[dict, list]:
   stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
   alpha = benchmarking.pooled_alpha(stats)
   predicted = benchmarking.predicted_speedup(alpha, gamma, costs["c"], costs["v"])
@@ -164,15 +197,27 @@ def _decode_row(target, draft, draft_name: str, inputs: list[jax.Array], gamma: 
   if temperature == 0.0:
     row["identical_to_baseline"] = all(
         bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out))
-  return row, base_out, spec_out
+  return row, spec_out
 
 
 def run_lm(pair: str, num_prompts: int, gamma: int | None, max_new_tokens: int,
-           repeats: int, seed: int, progress: bool = True) -> dict:
+           repeats: int, seed: int, progress: bool = True,
+           drafts: tuple[str, ...] = ("draft+lookup", "draft")) -> dict:
   """The decoder-only pair: baseline and speculative decoding of held-out chat prompts
   at temperatures 0 and 1 (batch 1, float32, packed weights on a CPU), with per
-  temperature the model card's best gamma unless `gamma` is given."""
+  temperature and draft the model card's best gamma unless `gamma` is given.
+
+  `drafts`: names of the shipped draft, each optionally with "+lookup"
+  (`pretrained.load_pair`); one row each per temperature, all timed side by side
+  with one baseline.
+  """
   target, draft, tok = pretrained.load_pair(pair)
+  models = {}
+  for name in drafts:
+    base_name, lookup = pretrained.split_lookup(name)
+    if base_name != "draft":
+      raise ValueError(f"drafts: the demo runs 'draft' and 'draft+lookup', got {name!r}")
+    models[name] = pretrained.with_context_lookup(pair, draft) if lookup else draft
   prompts = pretrained.lm_eval_prompts(pair)[:num_prompts]
   inputs = lm_inputs(tok, prompts, target.pad_id)
   bar = None
@@ -182,15 +227,16 @@ def run_lm(pair: str, num_prompts: int, gamma: int | None, max_new_tokens: int,
   rows, examples = [], []
   key = jax.random.key(seed)
   for temperature in (0.0, 1.0):
-    g = measured_best_gamma(pair, temperature) if gamma is None else gamma
-    row, _, spec_out = _decode_row(target, draft, "draft", inputs, g, temperature,
-                                   max_new_tokens, tok.eos_id, key, repeats)
-    rows.append(row)
+    specs = [(name, model, measured_best_gamma(pair, temperature, name)
+              if gamma is None else gamma) for name, model in models.items()]
+    new_rows, _, spec_outs = _decode_rows(target, specs, inputs, temperature,
+                                          max_new_tokens, tok.eos_id, key, repeats)
+    rows += new_rows
     bar and bar.update(1)
     if temperature == 0.0:
       examples = [dict(prompt=p, output=tok.decode(
           np.asarray(o.tokens[0, :int(o.lengths[0])]).tolist()))
-                  for p, o in zip(prompts[:2], spec_out[:2])]
+                  for p, o in zip(prompts[:2], spec_outs[0][:2])]
   if bar is not None:
     bar.close()
   return dict(pair=pair, num_prompts=len(prompts), max_new_tokens=max_new_tokens,
@@ -240,6 +286,12 @@ def save_plot(result: dict, path: str) -> None:
   plt.close(fig)
 
 
+def _identical(result: dict) -> bool:
+  """Every temperature-0 row's outputs equal the baseline's."""
+  return all(r["identical_to_baseline"] for r in result["rows"]
+             if r["temperature"] == 0.0)
+
+
 def _print_result(result: dict) -> None:
   if "num_prompts" in result:
     print(f"\nSpeculative decoding, {result['pair']}: {result['num_prompts']} held-out "
@@ -250,7 +302,7 @@ def _print_result(result: dict) -> None:
           f"Multi30k test_2016 sentences, batch 1, {result['backend']}\n")
   print(format_table(result))
   print("\nTemperature 0 output identical to the baseline:",
-        "yes" if result["rows"][0]["identical_to_baseline"] else "NO")
+        "yes" if _identical(result) else "NO")
   for row in result["rows"]:
     if row["nonfinite_positions"]:
       print(f"WARNING: temperature {row['temperature']:g}: "
@@ -272,7 +324,8 @@ def main(argv):
   for pair in pairs:
     if pair in pretrained.LM_PAIRS:
       result = run_lm(pair, _NUM_PROMPTS.value, _GAMMA.value, _LM_MAX_NEW.value,
-                      _LM_REPEATS.value, _SEED.value, _PROGRESS.value)
+                      _LM_REPEATS.value, _SEED.value, _PROGRESS.value,
+                      tuple(_LM_DRAFTS.value))
     else:
       result = run(pair, _NUM.value, _GAMMA.value, _MAX_NEW.value, _INPUT_LEN.value,
                    _REPEATS.value, _SEED.value, _PROGRESS.value, _DRAFT.value)
@@ -287,7 +340,7 @@ def main(argv):
     os.makedirs(os.path.dirname(_JSON.value) or ".", exist_ok=True)
     with open(_JSON.value, "w") as f:
       json.dump(results if len(pairs) > 1 else results[pairs[0]], f, indent=2)
-  differ = [p for p, r in results.items() if not r["rows"][0]["identical_to_baseline"]]
+  differ = [p for p, r in results.items() if not _identical(r)]
   if differ:
     raise SystemExit(f"temperature 0 output differs from the baseline: {differ}")
 

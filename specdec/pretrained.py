@@ -123,7 +123,9 @@ def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
   target's on a CPU).
 
   For a decoder-only pair (`LM_PAIRS`, e.g. "smollm2_135m_instruct"): (target, draft,
-  tokenizer), see `load_lm_pair`; `per_position_logits` must be None there.
+  tokenizer), see `load_lm_pair`; `per_position_logits` must be None there, and a
+  draft name may end in "+lookup" ("draft+lookup": the draft mixed with a context
+  n-gram proposal, `specdec.models.lookup`).
   """
   if name in LM_PAIRS:
     if per_position_logits is not None:
@@ -316,7 +318,8 @@ def lm_draft_path(name: str = "smollm2_135m_instruct", draft: str = "draft"
   which `transformers.LlamaForCausalLM.from_pretrained` loads as it is."""
   path = _lm_pair_dir(name)
   if draft not in drafts(name):
-    raise ValueError(f"draft must be one of {list(drafts(name))}, got {draft!r}")
+    raise ValueError(f"draft must be one of {list(drafts(name))} (in `load_pair`, "
+                     f"optionally with {LOOKUP_SUFFIX!r} appended), got {draft!r}")
   return path / pair_info(name)[draft]["checkpoint"]
 
 
@@ -418,18 +421,52 @@ def load_lm_pair(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
   one (`load_lm_draft`), both in `dtype` (float32 by default; the draft is stored in
   bfloat16 and upcast), with the tokenizer's pad_id as their padding id (ragged
   prompts right-padded with it), parameters placed on the device once. Stop decodes
-  on `tokenizer.eos_id`.
+  on `tokenizer.eos_id`. A `draft` name ending in "+lookup" (e.g. "draft+lookup")
+  wraps that draft in `specdec.models.lookup.ContextLookup` with the pair's settings
+  (`lookup_settings`): its distribution mixed with the token that followed the
+  context's last 2-4 tokens where they occurred before (prompt lookup); lossless like
+  any draft, and the shipped pair's best at temperature 0 (model card).
 
   Raises:
     ValueError: an unknown pair or draft name.
     FileNotFoundError: the target's wheel is missing (with the install command).
   """
-  path = lm_draft_path(name, draft)
+  base_name, lookup = split_lookup(draft)
+  path = lm_draft_path(name, base_name)
   target, tok = load_lm(pair_info(name)["target"]["lm"], dtype=dtype)
   draft_model = load_lm_draft(path, target.vocab_size, dtype=dtype, pad_id=tok.pad_id)
   # Packed on a CPU like the target (`Llama.with_packed_weights`): a draft step reads
   # its output layer once, at full bandwidth.
-  return target, draft_model.with_packed_weights(), tok
+  draft_model = draft_model.with_packed_weights()
+  if lookup:
+    draft_model = with_context_lookup(name, draft_model)
+  return target, draft_model, tok
+
+
+LOOKUP_SUFFIX = "+lookup"
+# `specdec.models.lookup.ContextLookup`'s settings where a pair's card names none.
+DEFAULT_LOOKUP = dict(weight=0.8, min_ngram=2, max_ngram=4)
+
+
+def split_lookup(draft: str) -> tuple[str, bool]:
+  """'draft+lookup' -> ('draft', True); 'draft' -> ('draft', False)."""
+  if draft.endswith(LOOKUP_SUFFIX):
+    return draft[:-len(LOOKUP_SUFFIX)], True
+  return draft, False
+
+
+def lookup_settings(name: str = "smollm2_135m_instruct") -> dict[str, Any]:
+  """The pair's `ContextLookup` settings (weight, min_ngram, max_ngram): its card's
+  "context_lookup" entry, `DEFAULT_LOOKUP` where that names none."""
+  card = pair_info(name).get("context_lookup", {})
+  return {k: card.get(k, v) for k, v in DEFAULT_LOOKUP.items()}
+
+
+def with_context_lookup(name: str, draft_model):
+  """`draft_model` mixed with a context n-gram proposal (`specdec.models.lookup`),
+  with the pair's settings (`lookup_settings`)."""
+  from specdec.models import lookup  # pylint: disable=g-import-not-at-top
+  return lookup.ContextLookup.create(draft_model, **lookup_settings(name))
 
 
 def lm_eval_prompts(name: str = "smollm2_135m_instruct") -> list[str]:

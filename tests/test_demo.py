@@ -54,14 +54,23 @@ def test_the_decoder_only_part_runs_with_tiny_models(monkeypatch):
       target.with_packed_weights(), draft.with_packed_weights(), _ByteTokenizer()))
   monkeypatch.setattr(pretrained, "lm_eval_prompts",
                       lambda name: ["a short prompt", "another prompt", "third"])
-  monkeypatch.setattr(pretrained, "pair_info",
-                      lambda name: {"best_gamma": {"0": 3, "1": 2}})
+  monkeypatch.setattr(pretrained, "pair_info", lambda name: {
+      "best_gamma": {"0": 3, "1": 2},
+      "context_lookup": {"weight": 0.9, "best_gamma": {"0": 4, "1": 1}}})
   result = demo.run_lm("tiny_lm", num_prompts=2, gamma=None, max_new_tokens=6,
                        repeats=1, seed=0, progress=False)
-  assert [r["temperature"] for r in result["rows"]] == [0.0, 1.0]
-  assert [r["gamma"] for r in result["rows"]] == [3, 2]
+  # Per temperature one row per draft, each at its own gamma from the card.
+  assert [r["temperature"] for r in result["rows"]] == [0.0, 0.0, 1.0, 1.0]
+  assert [r["draft"] for r in result["rows"]] == ["draft+lookup", "draft"] * 2
+  assert [r["gamma"] for r in result["rows"]] == [4, 3, 1, 2]
   assert result["num_prompts"] == 2 and result["packed_weights"]
-  assert result["rows"][0]["identical_to_baseline"]
+  assert all(r["identical_to_baseline"] for r in result["rows"][:2])
+  # The rows share one baseline, timed beside both drafts.
+  assert result["rows"][0]["baseline_ms_per_token"] == result["rows"][1][
+      "baseline_ms_per_token"]
+  with pytest.raises(ValueError, match="drafts"):
+    demo.run_lm("tiny_lm", num_prompts=1, gamma=None, max_new_tokens=6, repeats=1,
+                seed=0, progress=False, drafts=("draft_full",))
   for row in result["rows"]:
     assert 0.0 <= row["alpha"] <= 1.0
     assert row["speedup"] > 0 and row["costs"]["v"] > 0
@@ -90,7 +99,8 @@ def test_the_demo_runs_the_shipped_decoder_only_pair():
   result = demo.run_lm("smollm2_135m_instruct", num_prompts=1, gamma=2,
                        max_new_tokens=6, repeats=1, seed=0, progress=False)
   assert result["packed_weights"] and result["num_prompts"] == 1
-  assert result["rows"][0]["identical_to_baseline"]
+  assert [r["draft"] for r in result["rows"]] == ["draft+lookup", "draft"] * 2
+  assert all(r["identical_to_baseline"] for r in result["rows"][:2])
   for row in result["rows"]:
     assert row["gamma"] == 2 and 0.0 <= row["alpha"] <= 1.0
     assert row["nonfinite_positions"] == 0
