@@ -11,8 +11,11 @@ target and its distilled Llama draft) on the pair's held-out chat prompts (the u
 messages, the chat template applied with add_generation_prompt=True, right-padded
 with the target's pad_id), float32, on this machine:
 
-* alpha of three drafts at temperatures 0 and 1: a unigram and a bigram draft
-  (`specdec.models.ngram`, add-1 smoothing) and the distilled draft. The n-gram drafts
+* alpha of four drafts at temperatures 0 and 1: a unigram and a bigram draft
+  (`specdec.models.ngram`, add-1 smoothing), the distilled draft, and the distilled
+  draft mixed with a context n-gram proposal ("distilled+lookup",
+  `specdec.models.lookup`: the token that followed the last 2-4 tokens where they
+  occurred before in the prompt or output). The n-gram drafts
   count, by default (`--lmp_ngram_corpus=target_outputs`), the target's own greedy
   outputs (`--lmp_ngram_max_new_tokens` each) on the first `--lmp_ngram_prompts`
   training-side prompts of `specdec.lm_prompts.split()` (whose texts are disjoint
@@ -26,10 +29,11 @@ with the target's pad_id), float32, on this machine:
   along speculative decodes at gamma `--lmp_alpha_gamma` (`benchmarking.pooled_alpha`:
   the sampler's own stats; the distilled draft's are the sweep's decodes at that
   gamma);
-* c = t_q / t_p(1) of the distilled draft and v(k) = t_p(k) / t_p(1) for every chunk
+* c = t_q / t_p(1) of the sweep's draft (`--lmp_sweep_draft`, by default
+  distilled+lookup) and v(k) = t_p(k) / t_p(1) for every chunk
   k = gamma + 1 of the sweep (`benchmarking.verify_costs`: each one `extend` inside a
   compiled loop, minimum over interleaved rounds);
-* a batch-1 gamma sweep with the distilled draft at each temperature: the baseline
+* a batch-1 gamma sweep with that draft at each temperature: the baseline
   and speculative decoding at every gamma timed side by side, prompt by prompt, each
   decoder in turn in every round, the minimum of `--lmp_repeats`
   (`benchmarking.time_decodes_paired`); ms/token and the measured speed-up (every
@@ -77,7 +81,10 @@ from specdec.sample import autoregressive_sample, speculative_sample
 PAIR = "smollm2_135m_instruct"
 DISTILLED = "distilled"
 NGRAM_DRAFTS = ("unigram", "bigram")
-DRAFTS = NGRAM_DRAFTS + (DISTILLED,)
+# The distilled draft mixed with a context n-gram proposal (`specdec.models.lookup`,
+# `pretrained.load_pair(name, draft="draft+lookup")`): the paper has no such row.
+LOOKUP = "distilled+lookup"
+DRAFTS = NGRAM_DRAFTS + (DISTILLED, LOOKUP)
 # Table 3 of the paper, the GPT-like (97M) target on lm1b: alpha per draft and
 # temperature; its "distilled" row is the 6M GPT-like draft.
 PAPER_TABLE3 = {"target": "GPT-like (97M), lm1b",
@@ -120,6 +127,8 @@ _PACKED = flags.DEFINE_bool(
     "lmp_packed_weights", True, "Target and distilled draft with packed float32 weights "
     "(`llama.Llama.with_packed_weights`: a CPU verifies a chunk reading each weight "
     "once); a no-op where specdec.kernels is not enabled.")
+_SWEEP_DRAFT = flags.DEFINE_enum("lmp_sweep_draft", LOOKUP, [DISTILLED, LOOKUP],
+                                 "The draft of the gamma sweep and of c.")
 _SEED = flags.DEFINE_integer("lmp_seed", 0, "Sampling keys.")
 _JSON = flags.DEFINE_string("lmp_json", "out/bench_lm_pair.json", "JSON output (and .md).")
 
@@ -574,16 +583,20 @@ def main(argv):
                                   _BATCH.value)
   else:
     corpus = text_corpus(tok, tok.eos_id, exclude=messages)
-  drafts = dict(ngram_drafts(corpus, target.vocab_size), **{DISTILLED: draft})
+  drafts = dict(ngram_drafts(corpus, target.vocab_size), **{
+      DISTILLED: draft, LOOKUP: pretrained.with_context_lookup(_PAIR.value, draft)})
   result = run(target, drafts, prompts, tok.eos_id, gammas=gammas, temperatures=temps,
                max_new_tokens=_MAX_NEW.value, repeats=_REPEATS.value,
                batch=_BATCH.value, alpha_gamma=_ALPHA_GAMMA.value,
                cost_rounds=_COST_ROUNDS.value, cost_repeats=_COST_REPEATS.value,
-               cost_steps=_COST_STEPS.value, seed=_SEED.value)
+               cost_steps=_COST_STEPS.value, sweep_draft=_SWEEP_DRAFT.value,
+               seed=_SEED.value)
   result["settings"].update(
       pair=_PAIR.value, ngram_corpus=corpus_kind,
       packed_weights=dict(target=getattr(target, "packed", None) is not None,
-                          draft=getattr(draft, "packed", None) is not None),
+                          draft=getattr(getattr(draft, "inner", draft), "packed", None)
+                          is not None),
+      context_lookup=pretrained.lookup_settings(_PAIR.value),
       ngram_corpus_sequences=len(corpus),
       ngram_corpus_tokens=int(sum(len(c) for c in corpus)),
       ngram_corpus_note=(

@@ -292,8 +292,12 @@ def test_the_script_runs_on_the_shipped_pair(tmp_path):
       capture_output=True, text=True, timeout=1200, cwd=ROOT)
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = json.loads(out.read_text())
-  assert list(result["alpha"]) == ["unigram", "bigram", "distilled"]
+  assert list(result["alpha"]) == ["unigram", "bigram", "distilled", "distilled+lookup"]
   assert all(set(a) == {"0", "1"} for a in result["alpha"].values())
+  assert result["settings"]["sweep_draft"] == "distilled+lookup"
+  assert result["settings"]["packed_weights"] == dict(target=True, draft=True)
+  assert result["settings"]["context_lookup"]["min_ngram"] >= 1
+  assert all(r["draft"] == "distilled+lookup" for r in result["sweep"])
   assert set(result["v"]) == {"1", "2", "3"} and result["c"] > 0
   assert all(r["identical_to_baseline"] for r in result["sweep"]
              if r["temperature"] == 0)
