@@ -31,6 +31,11 @@ Stages (each resumable from the caches in --out_dir; rerun the same command):
   temperatures 0 and 1 (`benchmarking.teacher_forced_betas`), speculative decodes of
   the same prompts (alpha-hat, tokens per iteration, greedy identity), c and v at
   batch 1 (`benchmarking.step_costs`); writes them into pair.json and MODEL_CARD.md.
+* `lookup`: the same for the shipped draft mixed with a context n-gram proposal
+  (`specdec.models.lookup.ContextLookup`, `--lookup_weight`, `--lookup_ngrams`), the
+  speed-up predicted by gamma from `evaluate`'s target times, and its best gamma;
+  pair.json's "context_lookup", which `pretrained.load_pair(name,
+  draft="draft+lookup")` and the demo read.
 """
 
 from __future__ import annotations
@@ -54,10 +59,10 @@ from absl import app, flags
 
 import specdec
 from specdec import benchmarking, checkpoints, lm_prompts, pretrained, theory
-from specdec.models import llama, shortlist
+from specdec.models import llama, lookup, shortlist
 
 NAME = 'smollm2_135m_instruct'
-STAGES = ('time', 'generate', 'soft', 'train', 'package', 'evaluate', 'card')
+STAGES = ('time', 'generate', 'soft', 'train', 'package', 'evaluate', 'lookup', 'card')
 
 _OUT = flags.DEFINE_string('out_dir', 'out/distill_lm', 'Caches, checkpoints, logs.')
 _SHIP = flags.DEFINE_string('ship_dir', str(pretrained.WEIGHTS_DIR / NAME),
@@ -116,6 +121,13 @@ _SHORTLIST = flags.DEFINE_integer('shortlist', 0, 'If > 0: the draft predicts on
 _CANDIDATES = flags.DEFINE_list('candidates', ['d128_l1', 'd192_l1', 'd256_l1',
                                                'd256_l2'],
                                 "`time`: shapes 'd<width>_l<layers>' (heads of 64).")
+_LOOKUP_WEIGHT = flags.DEFINE_float(
+    'lookup_weight', pretrained.DEFAULT_LOOKUP['weight'], '`lookup`: the context '
+    "n-gram proposal's mass in q where a suffix matches (`specdec.models.lookup`).")
+_LOOKUP_NGRAMS = flags.DEFINE_list(
+    'lookup_ngrams', [str(pretrained.DEFAULT_LOOKUP['min_ngram']),
+                      str(pretrained.DEFAULT_LOOKUP['max_ngram'])],
+    '`lookup`: the shortest and longest suffix tried.')
 _GAMMA = flags.DEFINE_integer('gamma', 4, 'Draft tokens per iteration (time, evaluate).')
 _BATCH = flags.DEFINE_integer('batch_size', 32, 'Training sequences per step.')
 _STEPS = flags.DEFINE_integer('train_steps', 600, 'Training steps (unless '
@@ -960,6 +972,73 @@ def speculative_stats(target, draft, tok, batches, sampling, gamma: int,
   return result
 
 
+def lookup_metrics(target, draft, tok, eval_t0, eval_t1, inputs, t_p: dict[str, float],
+                   gamma: int, max_new_tokens: int, seed: int) -> dict[str, Any]:
+  """pair.json's "context_lookup": a `lookup.ContextLookup` draft's settings,
+  teacher-forced alpha and speculative stats on the held-out decodes, its step cost
+  (c at batch 1 on `inputs`), the speed-up predicted by gamma from the target's
+  measured `t_p` (`sweep_predictions`) and the best gamma per temperature (which
+  `specdec.demo` uses for the "+lookup" draft)."""
+  alphas = {'0': teacher_forced_alpha(target, draft, eval_t0, GREEDY),
+            '1': teacher_forced_alpha(target, draft, eval_t1, SAMPLED)}
+  log(f'context lookup: teacher-forced alpha {alphas}')
+  speculative = {'0': speculative_stats(target, draft, tok, eval_t0, GREEDY, gamma,
+                                        max_new_tokens, seed),
+                 '1': speculative_stats(target, draft, tok, eval_t1, SAMPLED, gamma,
+                                        max_new_tokens, seed)}
+  costs = benchmarking.step_costs(target, draft, inputs, gamma,
+                                  max_new_tokens + gamma + 1)
+  sweep = sweep_predictions(t_p, costs['t_q'], alphas)
+  return dict(weight=draft.weight, min_ngram=draft.min_ngram, max_ngram=draft.max_ngram,
+              max_new_tokens=max_new_tokens, gamma=gamma, teacher_forced_alpha=alphas,
+              speculative=speculative,
+              costs=dict(costs, load_average_1min=os.getloadavg()[0]),
+              predicted=sweep['predicted'], best_gamma=best_gamma(sweep))
+
+
+def lookup_card_lines(info: dict[str, Any]) -> list[str]:
+  """The card's section on the "+lookup" draft ([] without measurements)."""
+  cl = info.get('context_lookup')
+  if not cl or 'teacher_forced_alpha' not in cl:
+    return []
+  m, a, sp = info.get('metrics', {}), cl['teacher_forced_alpha'], cl['speculative']
+  plain = m.get('teacher_forced_alpha', {})
+  lines = ['', '## With context lookup (`draft+lookup`)', '',
+           '`pretrained.load_pair(name, draft="draft+lookup")` wraps the draft in '
+           '`specdec.models.lookup.ContextLookup`: where the context\'s last '
+           f'{cl["min_ngram"]}-{cl["max_ngram"]} tokens occurred before (in the prompt '
+           'or the output so far), q = '
+           f'{cl["weight"]:g} x one-hot(the token that followed their latest '
+           f'occurrence) + {1 - cl["weight"]:.2g} x the draft\'s q; elsewhere the '
+           "draft's q (prompt lookup, measured by `scripts/distill_lm.py "
+           f'--stages=lookup` on the same {sp["0"]["rows"]} held-out prompts and '
+           f'{cl["max_new_tokens"]} new tokens):',
+           '',
+           '| temperature | alpha (teacher-forced) | draft alone | alpha-hat '
+           f'(gamma {cl["gamma"]}) | tokens / iteration |',
+           '|---|---|---|---|---|']
+  for key in ('0', '1'):
+    lines.append(f'| {key} | {a[key]:.3f} | '
+                 + (f'{plain[key]:.3f}' if key in plain else '-')
+                 + f' | {sp[key]["alpha_hat"]:.3f} | '
+                 f'{sp[key]["tokens_per_iteration"]:.2f} |')
+  c = cl['costs']
+  lines += ['', f'Greedy speculative decodes equal to the target\'s greedy decode: '
+            f'{sp["0"].get("identical_to_greedy", "-")} of {sp["0"]["rows"]}. '
+            f't_q = {c["t_q"] * 1e3:.2f} ms (the n-gram match and the mixture '
+            f'included), c = {c["c"]:.3f}. Predicted speed-up by gamma (the target\'s '
+            'v as above):', '',
+            '| gamma | ' + ' | '.join(cl['predicted']['0']) + ' |',
+            '|---|' + '---|' * len(cl['predicted']['0'])]
+  for key in ('0', '1'):
+    lines.append(f'| temperature {key} | ' + ' | '.join(
+        f'{v:.2f}x' for v in cl['predicted'][key].values()) + ' |')
+  best = ', '.join(f'gamma {g} at temperature {k}' for k, g in cl['best_gamma'].items())
+  lines += ['', f'`best_gamma` for `draft+lookup` (pair.json\'s `context_lookup`, '
+            f'which `specdec.demo` uses): {best}.']
+  return lines
+
+
 # ------------------------------------------------------------------------------
 # Packaging.
 # ------------------------------------------------------------------------------
@@ -1022,10 +1101,12 @@ def write_card(ship: str, info: dict[str, Any]) -> None:
 
 def kept_from_shipped(old: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
   """What `package` keeps of the shipped pair.json (`old`) it replaces: the other
-  shipped drafts (`draft_full`), and the shape measurements (`candidates`, from
+  shipped drafts (`draft_full`), the context lookup's settings and measurements
+  (`context_lookup`, from `scripts/bench_lm_pair.py`), and the shape measurements (`candidates`, from
   `--stages=time`) unless this run measured its own; the new draft's measurements
   come from `evaluate`."""
-  kept = {k: v for k, v in old.items() if k.startswith('draft_')}
+  kept = {k: v for k, v in old.items()
+          if k.startswith('draft_') or k == 'context_lookup'}
   candidates = summary.get('candidates', old.get('candidates'))
   if candidates is not None:
     kept['candidates'] = candidates
@@ -1251,6 +1332,7 @@ def model_card(info: dict[str, Any]) -> str:
       for key in ('0', '1'):
         lines.append(f'| temperature {key} | ' + ' | '.join(
             f'{v:.2f}x' for v in sweep['predicted'][key].values()) + ' |')
+  lines += lookup_card_lines(info)
   history = t['history']
   best = min(history, key=lambda h: h['val_loss'])
   verdict = training_verdict(t)
@@ -1567,6 +1649,24 @@ def main(argv):
     write_json(pair_file, info)
     write_card(ship, info)
     log('evaluated')
+
+  if 'lookup' in _STAGES.value:
+    # The shipped draft mixed with a context n-gram proposal, measured like
+    # `evaluate` measures the draft alone; the target's t_p(k) are `evaluate`'s.
+    with open(pair_file) as f:
+      info = json.load(f)
+    lo, hi = (int(n) for n in _LOOKUP_NGRAMS.value)
+    draft = pretrained.load_lm_draft(draft_dir, target.vocab_size, dtype=jnp.float32,
+                                     pad_id=tok.pad_id).with_packed_weights()
+    draft = lookup.ContextLookup.create(draft, _LOOKUP_WEIGHT.value, lo, hi)
+    info['context_lookup'] = lookup_metrics(
+        target, draft, tok, load_decodes(dirs['eval_t0']),
+        load_decodes(dirs['eval_t1']), batch1_inputs(target, tok, eval_prompts[0]),
+        info['metrics']['gamma_sweep']['t_p'], _GAMMA.value, _MAX_NEW.value,
+        _SEED.value)
+    log(f'context lookup: {json.dumps(info["context_lookup"])}')
+    write_json(pair_file, info)
+    write_card(ship, info)
 
   if 'card' in _STAGES.value:
     # pair.json's predictions and MODEL_CARD.md re-derived from the stored

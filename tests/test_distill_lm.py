@@ -318,9 +318,32 @@ def test_the_card_reads_a_patience_stop_as_a_data_limit_not_as_still_falling():
 
 def test_package_keeps_the_shipped_shape_measurements_unless_it_has_its_own():
   old = dict(draft=dict(steps=1), draft_full=dict(alpha=0.3), metrics={},
-             candidates=dict(d128_l1=dict(c=0.078)))
+             candidates=dict(d128_l1=dict(c=0.078)),
+             context_lookup=dict(weight=0.8, best_gamma={"0": 4}))
   kept = distill_lm.kept_from_shipped(old, summary={})
-  assert kept == dict(draft_full=dict(alpha=0.3), candidates=dict(d128_l1=dict(c=0.078)))
+  assert kept == dict(draft_full=dict(alpha=0.3), candidates=dict(d128_l1=dict(c=0.078)),
+                      context_lookup=dict(weight=0.8, best_gamma={"0": 4}))
   fresh = distill_lm.kept_from_shipped(old, dict(candidates=dict(d256_l1=dict(c=0.17))))
   assert fresh["candidates"] == dict(d256_l1=dict(c=0.17))
   assert distill_lm.kept_from_shipped({}, {}) == {}
+
+
+def test_the_card_reports_the_lookup_draft_beside_the_draft_alone():
+  cl = dict(weight=0.8, min_ngram=2, max_ngram=4, max_new_tokens=96, gamma=4,
+            teacher_forced_alpha={"0": 0.631, "1": 0.363},
+            speculative={"0": dict(alpha_hat=0.611, tokens_per_iteration=2.27, rows=64,
+                                   identical_to_greedy=64),
+                         "1": dict(alpha_hat=0.362, tokens_per_iteration=1.54, rows=64)},
+            costs=dict(t_q=0.00095, c=0.038),
+            predicted={"0": {"1": 1.5, "3": 1.96}, "1": {"1": 1.26, "3": 1.33}},
+            best_gamma={"0": 3, "1": 2})
+  info = dict(metrics=dict(teacher_forced_alpha={"0": 0.451, "1": 0.347}),
+              context_lookup=cl)
+  text = "\n".join(distill_lm.lookup_card_lines(info))
+  assert "| 0 | 0.631 | 0.451 | 0.611 | 2.27 |" in text
+  assert "64 of 64" in text and "c = 0.038" in text
+  assert "| temperature 0 | 1.50x | 1.96x |" in text
+  assert "gamma 3 at temperature 0, gamma 2 at temperature 1" in text
+  # Settings alone (no measurements yet): no section.
+  assert distill_lm.lookup_card_lines(dict(context_lookup=dict(weight=0.8))) == []
+  assert distill_lm.lookup_card_lines({}) == []

@@ -188,3 +188,19 @@ def test_same_shapes_compile_once_and_misuse_raises():
       lookup.ContextLookup.create(draft.inner, *args)
   with pytest.raises(ValueError, match='tokens'):
     draft.extend(draft.init(inputs, 4), jnp.asarray([[16], [1]]))
+
+
+def test_pretrained_lookup_names_and_settings():
+  from specdec import pretrained
+  assert pretrained.split_lookup('draft+lookup') == ('draft', True)
+  assert pretrained.split_lookup('draft') == ('draft', False)
+  card = pretrained.pair_info('smollm2_135m_instruct')['context_lookup']
+  settings = pretrained.lookup_settings('smollm2_135m_instruct')
+  assert settings == {k: card[k] for k in ('weight', 'min_ngram', 'max_ngram')}
+  assert set(card['best_gamma']) == {'0', '1'}
+  _, inner = _pair()
+  wrapped = pretrained.with_context_lookup('smollm2_135m_instruct', inner.inner)
+  assert (wrapped.weight, wrapped.min_ngram, wrapped.max_ngram) == (
+      settings['weight'], settings['min_ngram'], settings['max_ngram'])
+  with pytest.raises(ValueError, match=r"\+lookup"):
+    pretrained.lm_draft_path('smollm2_135m_instruct', 'nope')
