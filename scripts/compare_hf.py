@@ -44,7 +44,11 @@ Both implementations stop on the tokenizer's EOS, generate at most --hf_max_new_
 with no minimum length (`eos_token_id`, `min_length=0`, `min_new_tokens=None` passed
 to `generate`), and continue the same prompt ids: transformers gets them unpadded,
 specdec right-padded with the pad id to a multiple of --hf_lm_pad_multiple (its
-prefill then covers those few padding positions too).
+prefill then covers those few padding positions too). There two more systems
+compare prompt lookup: hf_prompt_lookup (`generate(..., prompt_lookup_num_tokens=
+gamma, max_matching_ngram_size=4)`: copies of the context as drafts, no draft model)
+and specdec_speculative_lookup (`specdec.models.lookup.ContextLookup` around the same
+draft, the pair's settings: the copy mixed into the draft's q).
 """
 
 from __future__ import annotations
@@ -113,10 +117,18 @@ def hf_assisted_variants(gamma: int) -> dict[str, dict[str, Any]]:
           "hf_assisted_defaults": {}}
 
 
-def system_names(gamma: int = 1) -> list[str]:
-  """Every system `run_comparison` measures, in table order."""
-  return [HF_BASELINE, *hf_assisted_variants(gamma), SPECDEC_BASELINE,
-          SPECDEC_SPECULATIVE]
+# Prompt lookup, in both implementations (decoder-only pairs, `lookup_draft` given):
+# transformers' `prompt_lookup_num_tokens` drafts copies of the context and no model;
+# specdec's `ContextLookup` mixes the same kind of proposal into the draft's q.
+HF_PROMPT_LOOKUP = "hf_prompt_lookup"
+SPECDEC_LOOKUP = "specdec_speculative_lookup"
+
+
+def system_names(gamma: int = 1, lookup: bool = False) -> list[str]:
+  """Every system `run_comparison` measures, in table order (`lookup`: with the
+  prompt-lookup systems)."""
+  hf = [HF_BASELINE, *hf_assisted_variants(gamma)] + ([HF_PROMPT_LOOKUP] if lookup else [])
+  return hf + [SPECDEC_BASELINE, SPECDEC_SPECULATIVE] + ([SPECDEC_LOOKUP] if lookup else [])
 
 
 # ------------------------------------------------------------------------------
@@ -250,9 +262,11 @@ def _effective_assistant_settings(generation_config) -> dict[str, Any]:
 
 
 def _hf_systems(hf_target, hf_draft, max_new_tokens: int, gamma: int,
-                generate_kwargs: dict[str, Any] | None = None):
+                generate_kwargs: dict[str, Any] | None = None,
+                lookup_ngram: int | None = None):
   """{name: (decode(ids, mask) -> sequences, settings)} of the transformers systems;
-  `generate_kwargs` go to every `generate` call."""
+  `generate_kwargs` go to every `generate` call; `lookup_ngram`: with prompt lookup,
+  matching suffixes of up to that many tokens."""
   common = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
                 **(generate_kwargs or {}))
 
@@ -281,11 +295,20 @@ def _hf_systems(hf_target, hf_draft, max_new_tokens: int, gamma: int,
     systems[name] = (assisted, settings)
   for k, v in original.items():
     setattr(hf_draft.generation_config, k, v)
+  if lookup_ngram is not None:
+    lookup_kwargs = dict(common, prompt_lookup_num_tokens=gamma,
+                         max_matching_ngram_size=lookup_ngram)
+
+    def prompt_lookup(ids, mask):
+      with torch.inference_mode():
+        return hf_target.generate(input_ids=ids, attention_mask=mask, **lookup_kwargs)
+
+    systems[HF_PROMPT_LOOKUP] = (prompt_lookup, dict(lookup_kwargs))
   return systems
 
 
 def _specdec_systems(target, draft, max_new_tokens: int, gamma: int,
-                     eos_id: int = data.EOS_ID):
+                     eos_id: int = data.EOS_ID, lookup_draft=None):
   key = jax.random.key(0)
   common = dict(max_new_tokens=max_new_tokens, temperature=0.0, eos_id=eos_id)
 
@@ -298,8 +321,19 @@ def _specdec_systems(target, draft, max_new_tokens: int, gamma: int,
                               max_new_tokens=max_new_tokens, sampling=GREEDY,
                               eos_id=eos_id)
 
-  return {SPECDEC_BASELINE: (baseline, dict(common)),
-          SPECDEC_SPECULATIVE: (speculative, dict(common, gamma=gamma))}
+  systems = {SPECDEC_BASELINE: (baseline, dict(common)),
+             SPECDEC_SPECULATIVE: (speculative, dict(common, gamma=gamma))}
+  if lookup_draft is not None:
+
+    def speculative_lookup(x):
+      return speculative_sample(target, lookup_draft, x, key, gamma=gamma,
+                                max_new_tokens=max_new_tokens, sampling=GREEDY,
+                                eos_id=eos_id)
+
+    systems[SPECDEC_LOOKUP] = (speculative_lookup, dict(
+        common, gamma=gamma, weight=lookup_draft.weight,
+        min_ngram=lookup_draft.min_ngram, max_ngram=lookup_draft.max_ngram))
+  return systems
 
 
 def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
@@ -325,7 +359,8 @@ def environment(threads: int) -> dict[str, Any]:
 def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
                    gamma: int, max_new_tokens: int, repeats: int,
                    threads: int | None = None, progress: bool = False,
-                   eos_id: int = data.EOS_ID, pad_id: int = 0) -> dict[str, Any]:
+                   eos_id: int = data.EOS_ID, pad_id: int = 0,
+                   lookup_draft=None) -> dict[str, Any]:
   """Decodes every prompt with every system and measures them (see the module doc).
 
   Two model families: an encoder-decoder pair (specdec `T5`s; transformers'
@@ -346,6 +381,9 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
     threads: `torch.set_num_threads`; None: os.cpu_count().
     eos_id: the token that ends a decode, in both implementations (T5: 1).
     pad_id: the prompts' right padding (T5: 0; a `llama.Llama`: its pad_id).
+    lookup_draft: decoder-only pairs: a `lookup.ContextLookup` around `draft`; adds
+      transformers' prompt lookup (`prompt_lookup_num_tokens=gamma`) and specdec with
+      this draft, compared with each other.
 
   Returns:
     {"settings", "systems": {name: measurements}, "ratios": [specdec / transformers
@@ -359,8 +397,12 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
   # EOS 1 and no minimum).
   generate_kwargs = (dict(eos_token_id=eos_id, pad_token_id=eos_id, min_length=0,
                           min_new_tokens=None) if decoder_only else {})
-  hf = _hf_systems(hf_target, hf_draft, max_new_tokens, gamma, generate_kwargs)
-  sd = _specdec_systems(target, draft, max_new_tokens, gamma, eos_id)
+  if lookup_draft is not None and not decoder_only:
+    raise ValueError("lookup_draft: prompt lookup is compared on decoder-only pairs")
+  lookup = lookup_draft is not None
+  hf = _hf_systems(hf_target, hf_draft, max_new_tokens, gamma, generate_kwargs,
+                   lookup_draft.max_ngram if lookup else None)
+  sd = _specdec_systems(target, draft, max_new_tokens, gamma, eos_id, lookup_draft)
   names = list(hf) + list(sd)
   results = {n: dict(prompt_seconds=[], prompt_tokens=[], target_calls=0,
                      draft_calls=0) for n in names}
@@ -421,14 +463,19 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
     results[name]["baseline"] = base
     results[name]["speedup"] = (results[base]["ms_per_token"]
                                 / results[name]["ms_per_token"])
-  spec = results[SPECDEC_SPECULATIVE]
-  ratios = [dict(hf_system=name,
-                 baseline_ms_per_token=(results[SPECDEC_BASELINE]["ms_per_token"]
-                                        / results[HF_BASELINE]["ms_per_token"]),
-                 speculative_ms_per_token=(spec["ms_per_token"]
-                                           / results[name]["ms_per_token"]),
-                 speedup=spec["speedup"] / results[name]["speedup"])
-            for name in hf if name != HF_BASELINE]
+  def ratio(specdec_name: str, name: str) -> dict[str, Any]:
+    spec = results[specdec_name]
+    return dict(specdec_system=specdec_name, hf_system=name,
+                baseline_ms_per_token=(results[SPECDEC_BASELINE]["ms_per_token"]
+                                       / results[HF_BASELINE]["ms_per_token"]),
+                speculative_ms_per_token=(spec["ms_per_token"]
+                                          / results[name]["ms_per_token"]),
+                speedup=spec["speedup"] / results[name]["speedup"])
+
+  ratios = [ratio(SPECDEC_SPECULATIVE, name) for name in hf
+            if name not in (HF_BASELINE, HF_PROMPT_LOOKUP)]
+  if lookup:
+    ratios.append(ratio(SPECDEC_LOOKUP, HF_PROMPT_LOOKUP))
   settings = dict(environment(threads), gamma=gamma, max_new_tokens=max_new_tokens,
                   repeats=repeats, warmup_runs=1, prompts=len(prompts), batch=1,
                   input_length=int(np.asarray(prompts[0]).size) if prompts else 0,
@@ -460,6 +507,12 @@ def _describe(name: str, r: dict[str, Any]) -> str:
   s = r["settings"]
   if name == SPECDEC_SPECULATIVE:
     return f"gamma {s['gamma']}"
+  if name == SPECDEC_LOOKUP:
+    return (f"gamma {s['gamma']}, draft + lookup (n {s['min_ngram']}-{s['max_ngram']}, "
+            f"weight {s['weight']:g})")
+  if name == HF_PROMPT_LOOKUP:
+    return (f"{s['prompt_lookup_num_tokens']} drafts, n-grams up to "
+            f"{s['max_matching_ngram_size']}, no draft model")
   if "effective" in s:
     e = s["effective"]
     start = "from " if e["num_assistant_tokens_schedule"] != "constant" else ""
@@ -485,7 +538,7 @@ def markdown(result: dict[str, Any]) -> str:
   lines += ["", "| specdec / transformers | baseline ms/token | speculative ms/token | "
             "speed-up |", "|---|---|---|---|"]
   for q in result["ratios"]:
-    lines.append(f"| {SPECDEC_SPECULATIVE} vs {q['hf_system']} | "
+    lines.append(f"| {q.get('specdec_system', SPECDEC_SPECULATIVE)} vs {q['hf_system']} | "
                  f"{q['baseline_ms_per_token']:.3f} | {q['speculative_ms_per_token']:.3f} "
                  f"| {q['speedup']:.3f} |")
   if s.get("family") == "decoder-only":
@@ -535,7 +588,8 @@ def main_lm(pair: str, num: int) -> dict[str, Any]:
   result = run_comparison(target, draft, hf_target, hf_draft, prompts, _GAMMA.value,
                           _MAX_NEW.value, _REPEATS.value, threads=_THREADS.value or None,
                           progress=_PROGRESS.value, eos_id=tok.eos_id,
-                          pad_id=target.pad_id)
+                          pad_id=target.pad_id,
+                          lookup_draft=pretrained.with_context_lookup(pair, draft))
   result["settings"].update(pad_multiple=_PAD_MULTIPLE.value,
                             specdec_packed_weights=dict(
                                 target=target.packed is not None,

@@ -145,10 +145,13 @@ def lm_pair(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lm_result(lm_pair):
+  from specdec.models import lookup  # pylint: disable=g-import-not-at-top
   target, draft, hf_target, hf_draft, prompts, (eos, _) = lm_pair
   return compare_hf.run_comparison(target, draft, hf_target, hf_draft, prompts,
                                    gamma=GAMMA, max_new_tokens=MAX_NEW, repeats=1,
-                                   threads=1, eos_id=eos, pad_id=LM_PAD)
+                                   threads=1, eos_id=eos, pad_id=LM_PAD,
+                                   lookup_draft=lookup.ContextLookup.create(draft, 0.8,
+                                                                            1, 3))
 
 
 def test_lm_prompts_are_padded_for_specdec_only(lm_pair):
@@ -164,7 +167,13 @@ def test_lm_pair_every_system_gives_the_specdec_baseline_tokens(lm_pair, lm_resu
   eos, stop = lm_pair[5]
   agreement = lm_result["agreement"]
   assert agreement["all_agree"], agreement["disagreements"]
-  assert agreement["identical"] == {n: 2 for n in compare_hf.system_names(GAMMA)}
+  names = compare_hf.system_names(GAMMA, lookup=True)
+  assert agreement["identical"] == {n: 2 for n in names}
+  assert list(lm_result["systems"]) == names
+  assert lm_result["systems"]["hf_prompt_lookup"]["settings"][
+      "max_matching_ngram_size"] == 3
+  assert [(q["specdec_system"], q["hf_system"]) for q in lm_result["ratios"]][-1] == (
+      "specdec_speculative_lookup", "hf_prompt_lookup")
   systems = lm_result["systems"]
   for name, r in systems.items():
     for field in SYSTEM_FIELDS:
