@@ -1,6 +1,7 @@
 r"""The speculative decode loop against the parts its prediction counts.
 
-    python scripts/bench_loop.py [--loop_pair=smollm2_135m_instruct] [--loop_gammas=1,2,3,4] \
+    python scripts/bench_loop.py [--loop_pair=smollm2_135m_instruct] [--loop_draft=draft] \
+        [--loop_gammas=1,2,3,4] \
         [--loop_temperatures=0,1] [--loop_prompts=2] [--loop_max_new_tokens=64] \
         [--loop_rounds=3] [--loop_json=out/bench_loop.json]
 
@@ -38,6 +39,8 @@ _PROMPTS = flags.DEFINE_integer("loop_prompts", 2, "Held-out prompts (from the f
 _MAX_NEW = flags.DEFINE_integer("loop_max_new_tokens", 64, "Tokens per decode.")
 _ROUNDS = flags.DEFINE_integer("loop_rounds", 3, "Interleaved rounds (minimum).")
 _REPEATS = flags.DEFINE_integer("loop_repeats", 2, "Repeats per round (minimum).")
+_DRAFT = flags.DEFINE_string("loop_draft", "draft", "The shipped draft, optionally with "
+                             "'+lookup' (`pretrained.load_pair`).")
 _SEED = flags.DEFINE_integer("loop_seed", 0, "Sampling keys.")
 _JSON = flags.DEFINE_string("loop_json", "out/bench_loop.json", "JSON output.")
 
@@ -91,7 +94,7 @@ def markdown(rows) -> str:
 
 def main(argv):
   del argv
-  target, draft, tok = pretrained.load_pair(_PAIR.value)
+  target, draft, tok = pretrained.load_pair(_PAIR.value, draft=_DRAFT.value)
   messages = pretrained.lm_eval_prompts(_PAIR.value)[:_PROMPTS.value]
   prompts = [lm_prompts.encode(tok, m) for m in messages]
   rows = run(target, draft, prompts, [int(g) for g in _GAMMAS.value],
@@ -100,7 +103,7 @@ def main(argv):
   text = markdown(rows)
   print(text)
   benchmarking.write_json(_JSON.value, dict(
-      pair=_PAIR.value, prompts=len(prompts), prompt_tokens=[len(p) for p in prompts],
+      pair=_PAIR.value, draft=_DRAFT.value, prompts=len(prompts), prompt_tokens=[len(p) for p in prompts],
       max_new_tokens=_MAX_NEW.value, rounds=_ROUNDS.value, repeats=_REPEATS.value,
       device=str(jax.devices()[0]), rows=rows, markdown=text))
 
