@@ -103,7 +103,8 @@ def main(argv):
   text = markdown(rows)
   print(text)
   benchmarking.write_json(_JSON.value, dict(
-      pair=_PAIR.value, draft=_DRAFT.value, prompts=len(prompts), prompt_tokens=[len(p) for p in prompts],
+      pair=_PAIR.value, draft=_DRAFT.value, prompts=len(prompts),
+      prompt_tokens=[len(p) for p in prompts],
       max_new_tokens=_MAX_NEW.value, rounds=_ROUNDS.value, repeats=_REPEATS.value,
       device=str(jax.devices()[0]), rows=rows, markdown=text))
 

@@ -44,7 +44,7 @@ Both implementations stop on the tokenizer's EOS, generate at most --hf_max_new_
 with no minimum length (`eos_token_id`, `min_length=0`, `min_new_tokens=None` passed
 to `generate`), and continue the same prompt ids: transformers gets them unpadded,
 specdec right-padded with the pad id to a multiple of --hf_lm_pad_multiple (its
-prefill then covers those few padding positions too). There two more systems
+prefill then covers those few padding positions too). There, two more systems
 compare prompt lookup: hf_prompt_lookup (`generate(..., prompt_lookup_num_tokens=
 gamma, max_matching_ngram_size=4)`: copies of the context as drafts, no draft model)
 and specdec_speculative_lookup (`specdec.models.lookup.ContextLookup` around the same

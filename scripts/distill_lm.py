@@ -1102,9 +1102,9 @@ def write_card(ship: str, info: dict[str, Any]) -> None:
 def kept_from_shipped(old: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
   """What `package` keeps of the shipped pair.json (`old`) it replaces: the other
   shipped drafts (`draft_full`), the context lookup's settings and measurements
-  (`context_lookup`, from `scripts/bench_lm_pair.py`), and the shape measurements (`candidates`, from
-  `--stages=time`) unless this run measured its own; the new draft's measurements
-  come from `evaluate`."""
+  (`context_lookup`, from `--stages=lookup`), and the shape measurements
+  (`candidates`, from `--stages=time`) unless this run measured its own; the new
+  draft's measurements come from `evaluate`."""
   kept = {k: v for k, v in old.items()
           if k.startswith('draft_') or k == 'context_lookup'}
   candidates = summary.get('candidates', old.get('candidates'))
