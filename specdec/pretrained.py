@@ -436,7 +436,8 @@ def load_lm_pair(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
   target, tok = load_lm(pair_info(name)["target"]["lm"], dtype=dtype)
   draft_model = load_lm_draft(path, target.vocab_size, dtype=dtype, pad_id=tok.pad_id)
   # Packed on a CPU like the target (`Llama.with_packed_weights`): a draft step reads
-  # its output layer once, at full bandwidth.
+  # its output layer once, at full bandwidth, and its weights, stored in bfloat16,
+  # pack in bfloat16 (the same float32 values in half the bytes).
   draft_model = draft_model.with_packed_weights()
   if lookup:
     draft_model = with_context_lookup(name, draft_model)

@@ -114,3 +114,75 @@ def test_a_failed_build_raises_with_the_compiler_output(tmp_path, monkeypatch):
   with pytest.raises(RuntimeError, match='broken.cc'):
     kernels.build(tmp_path / 'out.so')
   assert not (tmp_path / 'out.so').exists()
+
+
+# --------------------------------------------- weights stored in bfloat16, read in half
+
+
+def _bfloat16_exact(shape, seed):
+  w = np.random.default_rng(seed).standard_normal(shape, np.float32)
+  return np.asarray(jnp.asarray(w).astype(jnp.bfloat16).astype(jnp.float32))
+
+
+def test_exactly_bfloat16_is_a_bit_test():
+  assert kernels.exactly_bfloat16(_bfloat16_exact((8, 8), 0), jnp.zeros(3))
+  assert not kernels.exactly_bfloat16(jnp.float32(1 / 3))
+  assert not kernels.exactly_bfloat16(_bfloat16_exact((8, 8), 0), jnp.float32(1 / 3))
+  # Subnormals: 2^-130 has one bit in the high half (exact), 1e-40's low bits are set.
+  assert kernels.exactly_bfloat16(jnp.float32(2.0 ** -130), jnp.float32(-0.0))
+  assert not kernels.exactly_bfloat16(jnp.float32(1e-40))
+
+
+def test_bfloat16_pack_holds_the_same_values_in_half_the_bytes():
+  w = _bfloat16_exact((5, 70), 1)
+  half = kernels.pack(w, jnp.bfloat16)
+  assert half.dtype == jnp.bfloat16 and half.nbytes * 2 == kernels.pack(w).nbytes
+  np.testing.assert_array_equal(np.asarray(half, np.float32), np.asarray(kernels.pack(w)))
+  with pytest.raises(ValueError, match='float16'):
+    kernels.pack(w, jnp.float16)
+
+
+@pytest.mark.parametrize('rows', [1, 3, 8, 9, 16])
+@pytest.mark.parametrize('k,n', [(384, 1152), (64, 33), (576, 49152)])
+def test_bfloat16_packed_product_is_the_float32_kernels_bit_for_bit(rows, k, n):
+  """Each bfloat16 weight widens to its float32 value and the sums run in the same
+  order, so the half-size copy changes no bit of the product (rows crossing a block of
+  8, a partial tile, the SmolLM2 output layer's width)."""
+  w = _bfloat16_exact((k, n), rows + n)
+  x = np.random.default_rng(rows).standard_normal((rows, k), np.float32)
+  product = jax.jit(kernels.packed_matmul, static_argnums=2)
+  half = kernels.pack(w, jnp.bfloat16)
+  assert kernels.use_kernel(jnp.asarray(x), half)
+  got = np.asarray(product(x, half, n))
+  np.testing.assert_array_equal(got, np.asarray(product(x, kernels.pack(w), n)))
+  np.testing.assert_allclose(got, _numpy_product(x, w), rtol=0, atol=1e-5 * np.sqrt(k))
+  hlo = product.lower(jnp.asarray(x), half, n).as_text()
+  assert 'specdec_packed_matmul_bf16' in hlo
+
+
+def test_bfloat16_packs_on_the_xla_path_and_under_grad(monkeypatch):
+  w = _bfloat16_exact((40, 50), 2)
+  x = jnp.asarray(np.random.default_rng(3).standard_normal((3, 40), np.float32))
+  half = kernels.pack(w, jnp.bfloat16)
+  with_kernel = np.asarray(kernels.packed_matmul(x, half, 50))
+  grad = jax.grad(lambda x: jnp.sum(kernels.packed_matmul(x, half, 50) ** 2))(x)
+  np.testing.assert_allclose(grad, 2 * with_kernel @ np.asarray(w).T, rtol=1e-5,
+                             atol=1e-5)
+  monkeypatch.setenv(kernels.ENV_SWITCH, '0')
+  assert not kernels.use_kernel(x, half)
+  np.testing.assert_allclose(np.asarray(kernels.packed_matmul(x, half, 50)), with_kernel,
+                             rtol=0, atol=1e-5)
+
+
+def test_pack_tree_chooses_bfloat16_only_where_it_is_exact():
+  exact = {'a/kernel': (_bfloat16_exact((16, 40), 4), False),
+           'b/embedding': (_bfloat16_exact((50, 16), 5), True)}
+  packed = kernels.pack_tree(exact)
+  assert packed['a']['kernel'].dtype == jnp.bfloat16
+  assert packed['b']['embedding'].shape == (2, 16, kernels.TILE)
+  forced = kernels.pack_tree(exact, jnp.float32)
+  assert forced['a']['kernel'].dtype == jnp.float32
+  inexact = dict(exact, c=(np.full((16, 8), 1 / 3, np.float32), False))
+  assert kernels.pack_tree(inexact)['a']['kernel'].dtype == jnp.float32
+  with pytest.raises(ValueError, match='not all exactly bfloat16'):
+    kernels.pack_tree(inexact, jnp.bfloat16)

@@ -402,6 +402,31 @@ def test_packed_weights_give_the_unpacked_logits_for_every_chunk_length(tied):
                              rtol=0)
 
 
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_bfloat16_checkpoint_packs_in_half_the_bytes_with_the_same_logits(tied):
+  """Parameters that are bfloat16 values upcast (a checkpoint stored in bfloat16, like
+  the shipped drafts) pack in bfloat16 by themselves, and every chunk's logits are
+  those of the float32 pack bit for bit; float32 parameters stay float32."""
+  from specdec import kernels
+  model = tiny_model(3, vocab_size=300, hidden_size=64, intermediate_size=96,
+                     tie_word_embeddings=tied)
+  rounded = model.replace(params=jax.tree.map(
+      lambda p: p.astype(jnp.bfloat16).astype(jnp.float32), model.params))
+  half = rounded.with_packed_weights()
+  full = rounded.replace(packed=llama.pack_params(
+      rounded.config, rounded.params, dtype=jnp.float32))
+  assert {str(p.dtype) for p in jax.tree.leaves(half.packed)} == {"bfloat16"}
+  assert {str(p.dtype) for p in jax.tree.leaves(
+      model.with_packed_weights().packed)} == {"float32"}
+  x = ragged_inputs(2, 7, model.vocab_size, [7, 3], seed=4)
+  half_state, full_state = half.init(x, 12), full.init(x, 12)
+  for k in (1, 5, 9):
+    tokens = ragged_inputs(2, k, model.vocab_size, [k, k], seed=10 + k)
+    got, half_state = half.extend(half_state, tokens)
+    want, full_state = full.extend(full_state, tokens)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_packed_extend_calls_the_kernel_and_unpacked_does_not():
   model = tiny_model(0)
   packed = model.with_packed_weights()

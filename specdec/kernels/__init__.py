@@ -13,8 +13,12 @@ matrix walked tile by tile is a strided read at half the rate), and splits the t
 over XLA's intra-op thread pool (an XLA FFI custom call).
 
 `packed_matmul(x, pack(w), n)` takes the kernel where `use_kernel` says it applies
-(float32, at most `MAX_ROWS` rows, a single CPU device, the library built) and XLA's
-product elsewhere, so that callers need no second code path. Models make the packed
+(float32 x, at most `MAX_ROWS` rows, a single CPU device, the library built) and XLA's
+product elsewhere, so that callers need no second code path. Weights that bfloat16
+holds exactly (a model stored in bfloat16 and computed in float32, such as the shipped
+drafts) pack into bfloat16 (`pack(w, jnp.bfloat16)`; `exactly_bfloat16` tells): the
+kernel reads half the bytes and widens each weight to the same float32 value, so the
+products are the float32 kernel's, bit for bit. Models make the packed
 copy once (`specdec.models.llama.pack_params`). The library is compiled from the
 shipped source with the machine's C++ compiler on first use (a few seconds; cached
 under `$SPECDEC_CACHE_DIR`, by default `~/.cache/specdec`); without a compiler the
@@ -37,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +54,8 @@ SOURCE = pathlib.Path(__file__).resolve().parent / "skinny_matmul.cc"
 # product has enough rows for XLA's blocked matrix product to stream well.
 MAX_ROWS = 16
 ENV_SWITCH = "SPECDEC_CPU_KERNELS"
-_TARGET = "specdec_packed_matmul"
+_TARGETS = {"float32": ("specdec_packed_matmul", "SpecdecPackedMatmul"),
+            "bfloat16": ("specdec_packed_matmul_bf16", "SpecdecPackedMatmulBf16")}
 # Columns per tile of the packed layout (`pack`); the kernel's own constant.
 TILE = 32
 _FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
@@ -107,8 +113,9 @@ def _load() -> bool:
     if not path.is_file():
       build(path)
     lib = ctypes.cdll.LoadLibrary(str(path))
-    jax.ffi.register_ffi_target(_TARGET, jax.ffi.pycapsule(lib.SpecdecPackedMatmul),
-                                platform="cpu")
+    for target, symbol in _TARGETS.values():
+      jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)),
+                                  platform="cpu")
     return True
   except (OSError, RuntimeError, AttributeError) as e:
     warnings.warn(f"specdec.kernels: the CPU kernels are unavailable ({e}); small "
@@ -128,25 +135,57 @@ def enabled() -> bool:
   return _load()
 
 
+PACKED_DTYPES = ("float32", "bfloat16")
+
+
 def use_kernel(x: Array, packed: Array) -> bool:
-  """Whether `packed_matmul(x, packed, n)` takes the kernel: both float32, at most
-  `MAX_ROWS` rows, and `enabled()`. Decided from static shapes and dtypes, so it is
-  fixed per trace."""
+  """Whether `packed_matmul(x, packed, n)` takes the kernel: x float32, the packed
+  weights float32 or bfloat16, at most `MAX_ROWS` rows, and `enabled()`. Decided from
+  static shapes and dtypes, so it is fixed per trace."""
   rows = 1
   for size in x.shape[:-1]:
     rows *= size
-  return (x.dtype == jnp.float32 and packed.dtype == jnp.float32
+  return (x.dtype == jnp.float32 and jnp.dtype(packed.dtype).name in PACKED_DTYPES
           and 1 <= rows <= MAX_ROWS and enabled())
 
 
-def pack(w: Array) -> Array:
-  """The tile-major copy the kernel reads: w [K, N] -> float32 [ceil(N / TILE), K,
-  TILE], tile j holding columns j TILE .. j TILE + TILE - 1 (zero past N), each tile
-  contiguous. Made once per model (`specdec.models.llama.pack_params`), not per call."""
+def _low_bits(w: Array) -> Array:
+  return jax.lax.bitcast_convert_type(jnp.asarray(w, jnp.float32), jnp.uint32) & 0xFFFF
+
+
+@jax.jit
+def _exact(matrices: Any) -> Any:
+  return jax.tree.map(lambda w: jnp.all(_low_bits(w) == 0), matrices)
+
+
+def exactly_bfloat16(*matrices: Array) -> bool:
+  """Whether bfloat16 holds every float32 value of these arrays exactly (the low 16
+  bits of each are zero: weights stored in bfloat16 and upcast), so that
+  `pack(w, jnp.bfloat16)` keeps the model's numbers. A bit test, not a rounding
+  comparison, so subnormals and signed zeros are judged exactly too."""
+  return all(bool(ok) for ok in jax.tree.leaves(_exact(list(matrices))))
+
+
+def pack(w: Array, dtype: Any = jnp.float32) -> Array:
+  """The tile-major copy the kernel reads: w [K, N] -> [ceil(N / TILE), K, TILE] of
+  `dtype`, tile j holding columns j TILE .. j TILE + TILE - 1 (zero past N), each tile
+  contiguous. Made once per model (`specdec.models.llama.pack_params`), not per call.
+
+  dtype: float32, or bfloat16 for weights bfloat16 holds exactly (`exactly_bfloat16`;
+    the bfloat16 copy takes the top 16 bits of each float32, so a weight it cannot
+    hold would be truncated: callers check first, as `pack_tree` does).
+  """
+  name = jnp.dtype(dtype).name
+  if name not in PACKED_DTYPES:
+    raise ValueError(f"dtype {name} cannot be packed; use one of {PACKED_DTYPES}")
   k, n = w.shape
   tiles = -(-n // TILE)
   w = jnp.pad(jnp.asarray(w, jnp.float32), ((0, 0), (0, tiles * TILE - n)))
-  return w.reshape(k, tiles, TILE).transpose(1, 0, 2)
+  w = w.reshape(k, tiles, TILE).transpose(1, 0, 2)
+  if name == "bfloat16":
+    bits = jax.lax.bitcast_convert_type(w, jnp.uint32) >> 16
+    w = jax.lax.bitcast_convert_type(bits.astype(jnp.uint16), jnp.bfloat16)
+  return w
 
 
 def unpacked_columns(packed: Array) -> int:
@@ -155,14 +194,16 @@ def unpacked_columns(packed: Array) -> int:
 
 
 def _xla_packed(x: Array, packed: Array, n: int) -> Array:
-  y = jnp.einsum('...k,jkt->...jt', x, packed, preferred_element_type=jnp.float32)
+  y = jnp.einsum('...k,jkt->...jt', x, packed.astype(jnp.float32),
+                 preferred_element_type=jnp.float32)
   return y.reshape(*x.shape[:-1], -1)[..., :n]
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def _kernel(x: Array, packed: Array, n: int) -> Array:
   x2 = x.reshape(-1, x.shape[-1])
-  y = jax.ffi.ffi_call(_TARGET, jax.ShapeDtypeStruct((x2.shape[0], n), jnp.float32),
+  target = _TARGETS[jnp.dtype(packed.dtype).name][0]
+  y = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((x2.shape[0], n), jnp.float32),
                        vmap_method="sequential")(x2, packed)
   return y.reshape(*x.shape[:-1], n)
 
@@ -207,16 +248,31 @@ def packed_variable(module, name: str) -> Array | None:
   return None
 
 
-@jax.jit
-def _pack_all(matrices: dict[str, Array]) -> dict[str, Array]:
-  return jax.tree.map(pack, matrices)
+@functools.partial(jax.jit, static_argnums=1)
+def _pack_all(matrices: dict[str, Array], dtype: str) -> dict[str, Array]:
+  return jax.tree.map(lambda w: pack(w, dtype), matrices)
 
 
-def pack_tree(matrices: dict[str, tuple[Array, bool]]) -> dict:
+def pack_tree(matrices: dict[str, tuple[Array, bool]], dtype: Any = None) -> dict:
   """The `packed` collection of {'a/b/kernel': (w, transposed)}: each w [in, out]
   (or [out, in] where transposed, e.g. a tied embedding, packed as its transpose)
-  packed by `pack`, nested by the '/'-separated paths. One compiled program."""
+  packed by `pack`, nested by the '/'-separated paths. One compiled program.
+
+  dtype: None packs in bfloat16 where bfloat16 holds every matrix exactly
+    (`exactly_bfloat16`: a model stored in bfloat16; half the bytes per step, the same
+    numbers) and in float32 otherwise; float32 or bfloat16 force one.
+
+  Raises:
+    ValueError: dtype bfloat16 for weights it does not hold exactly (the packed copy
+      would change the model's numbers).
+  """
   from flax import traverse_util  # pylint: disable=g-import-not-at-top
   flat = {name: jnp.asarray(w).T if transposed else w
           for name, (w, transposed) in matrices.items()}
-  return traverse_util.unflatten_dict(_pack_all(flat), sep="/")
+  if dtype is None:
+    dtype = jnp.bfloat16 if exactly_bfloat16(*flat.values()) else jnp.float32
+  name = jnp.dtype(dtype).name
+  if name == "bfloat16" and not exactly_bfloat16(*flat.values()):
+    raise ValueError("dtype bfloat16: these weights are not all exactly bfloat16 "
+                     "values; packing them so would change the model's numbers")
+  return traverse_util.unflatten_dict(_pack_all(flat, name), sep="/")

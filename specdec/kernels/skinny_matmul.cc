@@ -12,8 +12,13 @@
 // a strided read at half the rate), with the tiles split over XLA's intra-op threads.
 //
 //   specdec_packed_matmul: y[M, N] = x[M, K] @ w[K, N], given p = pack(w) and N.
+//   specdec_packed_matmul_bf16: the same with p = pack(w, bfloat16), for weights that
+//     bfloat16 holds exactly (a model stored in bfloat16): half the bytes to read.
+//     Each weight widens to float32 exactly (its 16 bits become the high half of a
+//     float32), so the products and sums are the float32 kernel's, operation for
+//     operation.
 //
-// float32 in and out, float32 accumulation in order over K, rows of x in blocks of 8.
+// float32 x and y, float32 accumulation in order over K, rows of x in blocks of 8.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -29,6 +34,8 @@ namespace {
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
+typedef uint16_t h16u __attribute__((vector_size(32), aligned(2)));
+typedef uint32_t w16 __attribute__((vector_size(64)));
 
 constexpr int64_t kTile = 32;      // columns per tile: 2 vectors of 16
 constexpr int64_t kRowBlock = 8;   // rows of x per pass: 16 accumulators
@@ -37,23 +44,32 @@ constexpr int64_t kRowBlock = 8;   // rows of x per pass: 16 accumulators
 // step is 16 multiply-adds per 128 bytes, and the out-of-order window alone then
 // keeps too few cache misses in flight: measured here, 48 [1024, 2816] matrices
 // cost 1.50x at 8 rows what they cost at one without it, 1.16x with it.
-constexpr int64_t kPrefetch = 2048;
+constexpr int64_t kPrefetchBytes = 2048 * 4;
+
+// 16 weights of a tile row as float32: loaded, or widened from bfloat16 bits.
+inline v16 Load16(const float* w) { return *reinterpret_cast<const v16u*>(w); }
+inline v16 Load16(const uint16_t* w) {
+  const w16 wide = __builtin_convertvector(*reinterpret_cast<const h16u*>(w), w16);
+  return reinterpret_cast<v16>(wide << 16);
+}
 
 // Tile j of p (K x 32, contiguous) against MB rows of x; writes the tile's columns
 // below N.
-template <int MB>
-inline void Tile(const float* __restrict x, const float* __restrict tile,
+template <int MB, typename W>
+inline void Tile(const float* __restrict x, const W* __restrict tile,
                  float* __restrict y, int64_t K, int64_t N, int64_t n0) {
+  constexpr int64_t kAhead = kPrefetchBytes / sizeof(W);
+  constexpr int64_t kLine = 64 / sizeof(W);  // weights per cache line
   v16 acc[MB][2];
   for (int m = 0; m < MB; ++m) acc[m][0] = acc[m][1] = v16{};
-  const float* wp = tile;
+  const W* wp = tile;
   for (int64_t i = 0; i < K; ++i, wp += kTile) {
     // Past the tile's end this reads ahead into the next one (tiles are contiguous);
     // past the array's end a prefetch is a no-op, never a fault.
-    __builtin_prefetch(wp + kPrefetch, 0, 1);
-    __builtin_prefetch(wp + kPrefetch + 16, 0, 1);
-    const v16 w0 = *reinterpret_cast<const v16u*>(wp);
-    const v16 w1 = *reinterpret_cast<const v16u*>(wp + 16);
+    __builtin_prefetch(wp + kAhead, 0, 1);
+    if (kLine < kTile) __builtin_prefetch(wp + kAhead + kLine, 0, 1);
+    const v16 w0 = Load16(wp);
+    const v16 w1 = Load16(wp + 16);
     for (int m = 0; m < MB; ++m) {
       const float xs = x[m * K + i];
       acc[m][0] += xs * w0;
@@ -71,10 +87,11 @@ inline void Tile(const float* __restrict x, const float* __restrict tile,
   }
 }
 
-void Tiles(const float* x, const float* p, float* y, int64_t mb, int64_t K, int64_t N,
+template <typename W>
+void Tiles(const float* x, const W* p, float* y, int64_t mb, int64_t K, int64_t N,
            int64_t t0, int64_t t1) {
   for (int64_t t = t0; t < t1; ++t) {
-    const float* tile = p + t * K * kTile;
+    const W* tile = p + t * K * kTile;
     switch (mb) {
       case 1: Tile<1>(x, tile, y, K, N, t * kTile); break;
       case 2: Tile<2>(x, tile, y, K, N, t * kTile); break;
@@ -92,8 +109,10 @@ void Tiles(const float* x, const float* p, float* y, int64_t mb, int64_t K, int6
 // task that starts late (or never, on a busy pool) finds the counter exhausted, so
 // the caller waits only for chunks already taken, which are being computed: no
 // deadlock however busy the pool is.
+template <ffi::DataType WT>
 ffi::Error PackedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
-                        ffi::Buffer<ffi::F32> p, ffi::ResultBuffer<ffi::F32> y) {
+                        ffi::Buffer<WT> p, ffi::ResultBuffer<ffi::F32> y) {
+  using W = ffi::NativeType<WT>;
   const auto xd = x.dimensions();
   const auto pd = p.dimensions();
   const auto yd = y->dimensions();
@@ -105,11 +124,11 @@ ffi::Error PackedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   }
   const int64_t M = xd[0], K = xd[1], N = yd[1], tiles = pd[0];
   const float* xp = x.typed_data();
-  const float* pp = p.typed_data();
+  const W* pp = p.typed_data();
   float* yp = y->typed_data();
   // About 256 KiB of weights per chunk: enough to amortize a task, enough chunks to
   // balance the threads.
-  const int64_t per_chunk = std::max<int64_t>(1, (256 << 10) / (K * kTile * 4));
+  const int64_t per_chunk = std::max<int64_t>(1, (256 << 10) / (K * kTile * int64_t{sizeof(W)}));
   const int64_t chunks = (tiles + per_chunk - 1) / per_chunk;
   const int64_t helpers =
       std::max<int64_t>(0, std::min<int64_t>(pool.num_threads(), chunks) - 1);
@@ -139,9 +158,16 @@ ffi::Error PackedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmul, PackedMatmul,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmul, PackedMatmul<ffi::F32>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmulBf16, PackedMatmul<ffi::BF16>,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::BF16>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());

@@ -696,18 +696,21 @@ def decode_matrices(cfg: LlamaConfig, params: Any) -> dict[str, tuple[Array, boo
   return matrices
 
 
-def pack_params(cfg: LlamaConfig, params: Any) -> dict[str, Any]:
-  """The `packed` variable collection: a tile-major float32 copy
+def pack_params(cfg: LlamaConfig, params: Any, dtype: Any = None) -> dict[str, Any]:
+  """The `packed` variable collection: a tile-major copy
   (`specdec.kernels.pack`) of every matrix of `decode_matrices` under the same module
   paths (the tied embedding as [d, V]).
 
   With it, `Transformer.apply({'params': ..., 'packed': ...})` reads those weights once
   per call for a chunk of up to `specdec.kernels.MAX_ROWS` tokens on a CPU, so that
   scoring gamma + 1 tokens costs about what one token does. The numbers are those of
-  the unpacked product up to float32 rounding. It holds a second float32 copy of the
-  weights (about the model's size again).
+  the unpacked product up to float32 rounding. It holds a second copy of the weights:
+  float32 (about the model's size again), or bfloat16 where bfloat16 holds every
+  weight exactly (a checkpoint stored in bfloat16): half the bytes to read per step,
+  each widened back to the same float32 value, so the same numbers. `dtype` (None:
+  that automatic choice; float32 or bfloat16) is `specdec.kernels.pack_tree`'s.
   """
-  return kernels.pack_tree(decode_matrices(cfg, params))
+  return kernels.pack_tree(decode_matrices(cfg, params), dtype)
 
 
 def _is_concrete(x: Any) -> bool:
