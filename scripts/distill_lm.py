@@ -1611,9 +1611,9 @@ def main(argv):
     with open(pair_file) as f:
       info = json.load(f)
     # The shipped files as `pretrained.load_pair` loads them (float32, the
-    # tokenizer's pad_id), read from --ship_dir.
+    # tokenizer's pad_id, packed weights on a CPU), read from --ship_dir.
     draft = pretrained.load_lm_draft(draft_dir, target.vocab_size, dtype=jnp.float32,
-                                     pad_id=tok.pad_id)
+                                     pad_id=tok.pad_id).with_packed_weights()
     eval_t0, eval_t1 = load_decodes(dirs['eval_t0']), load_decodes(dirs['eval_t1'])
     gamma = _GAMMA.value
     metrics = dict(max_new_tokens=_MAX_NEW.value, gamma=gamma)
