@@ -517,6 +517,26 @@ def test_packed_decoder_weights_give_the_unpacked_logits_for_every_chunk_length(
   assert "specdec_packed_matmul" in hlo
 
 
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_a_bfloat16_t5_checkpoint_packs_in_half_the_bytes_with_the_same_logits(version):
+  """Decoder weights that are bfloat16 values upcast pack in bfloat16 by themselves,
+  with every chunk's logits those of the float32 pack bit for bit."""
+  cfg = t5.tiny_config(version, vocab_size=300)
+  params = jax.tree.map(lambda p: jnp.asarray(p).astype(jnp.bfloat16).astype(
+      jnp.float32), t5.random_params(cfg, 0))
+  model = t5.T5(cfg, params)
+  half = model.with_packed_weights()
+  full = half.replace(packed=t5.pack_params(cfg, params, dtype=jnp.float32))
+  assert {str(p.dtype) for p in jax.tree.leaves(half.packed)} == {"bfloat16"}
+  x = jnp.asarray(np.random.default_rng(0).integers(1, 300, (2, 9)), jnp.int32)
+  half_state, full_state = half.init(x, 12), full.init(x, 12)
+  for k in (1, 3, 8):
+    tokens = jnp.asarray(np.random.default_rng(k).integers(1, 300, (2, k)), jnp.int32)
+    got, half_state = half.extend(half_state, tokens)
+    want, full_state = full.extend(full_state, tokens)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_greedy_speculative_with_packed_t5_equals_the_targets_greedy_decode():
   tcfg = t5.tiny_config("1.1", vocab_size=300)
   dcfg = t5.tiny_config("1.1", vocab_size=300, emb_dim=16, num_decoder_layers=1)
