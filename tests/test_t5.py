@@ -492,6 +492,18 @@ def test_bad_config_field_is_named(field, value, error):
 # ------------------------------------------------------------ packed weights (CPU)
 
 
+def _chunk_logits(a, b):
+  """(a's logits, b's logits) for chunks of 1, 3 and 8 tokens fed in turn to both
+  models (batch 2, the same 9-token inputs)."""
+  x = jnp.asarray(np.random.default_rng(0).integers(1, 300, (2, 9)), jnp.int32)
+  a_state, b_state = a.init(x, 24), b.init(x, 24)
+  for k in (1, 3, 8):
+    tokens = jnp.asarray(np.random.default_rng(k).integers(1, 300, (2, k)), jnp.int32)
+    a_logits, a_state = a.extend(a_state, tokens)
+    b_logits, b_state = b.extend(b_state, tokens)
+    yield a_logits, b_logits
+
+
 @pytest.mark.parametrize("version", ["1.0", "1.1"])
 def test_packed_decoder_weights_give_the_unpacked_logits_for_every_chunk_length(
     version):
@@ -505,13 +517,9 @@ def test_packed_decoder_weights_give_the_unpacked_logits_for_every_chunk_length(
   packed = model.with_packed_weights()
   assert kernels.enabled() and packed.packed is not None
   assert packed.per_position_logits == 0
-  x = jnp.asarray(np.random.default_rng(0).integers(1, 300, (2, 9)), jnp.int32)
-  state, packed_state = model.init(x, 12), packed.init(x, 12)
-  for k in (1, 3, 8):
-    tokens = jnp.asarray(np.random.default_rng(k).integers(1, 300, (2, k)), jnp.int32)
-    want, _ = model.extend(state, tokens)
-    got, _ = packed.extend(packed_state, tokens)
+  for got, want in _chunk_logits(packed, model):
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+  packed_state = packed.init(jnp.ones((2, 9), jnp.int32), 12)
   hlo = jax.jit(lambda s, t: packed.extend(s, t)[0]).lower(
       packed_state, jnp.ones((2, 4), jnp.int32)).as_text()
   assert "specdec_packed_matmul" in hlo
@@ -528,12 +536,7 @@ def test_a_bfloat16_t5_checkpoint_packs_in_half_the_bytes_with_the_same_logits(v
   half = model.with_packed_weights()
   full = half.replace(packed=t5.pack_params(cfg, params, dtype=jnp.float32))
   assert {str(p.dtype) for p in jax.tree.leaves(half.packed)} == {"bfloat16"}
-  x = jnp.asarray(np.random.default_rng(0).integers(1, 300, (2, 9)), jnp.int32)
-  half_state, full_state = half.init(x, 12), full.init(x, 12)
-  for k in (1, 3, 8):
-    tokens = jnp.asarray(np.random.default_rng(k).integers(1, 300, (2, k)), jnp.int32)
-    got, half_state = half.extend(half_state, tokens)
-    want, full_state = full.extend(full_state, tokens)
+  for got, want in _chunk_logits(half, full):
     np.testing.assert_array_equal(got, want)
 
 
