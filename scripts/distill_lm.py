@@ -879,6 +879,14 @@ def batch1_inputs(target, tok, prompt: lm_prompts.Prompt) -> jax.Array:
                                           target.pad_id))
 
 
+def shipped_draft(draft_dir: str, target, tok):
+  """The draft in `draft_dir` as `pretrained.load_pair` loads it: float32, the
+  tokenizer's pad_id, and packed weights on a CPU (bfloat16 packs for its bfloat16
+  values), so that the t_q measured here is the one users get."""
+  return pretrained.load_lm_draft(draft_dir, target.vocab_size, dtype=jnp.float32,
+                                  pad_id=tok.pad_id).with_packed_weights()
+
+
 def time_candidates(target, tok, prompt, names: Sequence[str], gamma: int,
                     max_new_tokens: int) -> dict[str, Any]:
   """t_p1, v and per candidate t_q, c, size and the predicted speed-up at a grid of
@@ -1610,10 +1618,7 @@ def main(argv):
   if 'evaluate' in _STAGES.value:
     with open(pair_file) as f:
       info = json.load(f)
-    # The shipped files as `pretrained.load_pair` loads them (float32, the
-    # tokenizer's pad_id, packed weights on a CPU), read from --ship_dir.
-    draft = pretrained.load_lm_draft(draft_dir, target.vocab_size, dtype=jnp.float32,
-                                     pad_id=tok.pad_id).with_packed_weights()
+    draft = shipped_draft(draft_dir, target, tok)
     eval_t0, eval_t1 = load_decodes(dirs['eval_t0']), load_decodes(dirs['eval_t1'])
     gamma = _GAMMA.value
     metrics = dict(max_new_tokens=_MAX_NEW.value, gamma=gamma)
@@ -1656,8 +1661,7 @@ def main(argv):
     with open(pair_file) as f:
       info = json.load(f)
     lo, hi = (int(n) for n in _LOOKUP_NGRAMS.value)
-    draft = pretrained.load_lm_draft(draft_dir, target.vocab_size, dtype=jnp.float32,
-                                     pad_id=tok.pad_id).with_packed_weights()
+    draft = shipped_draft(draft_dir, target, tok)
     draft = lookup.ContextLookup.create(draft, _LOOKUP_WEIGHT.value, lo, hi)
     info['context_lookup'] = lookup_metrics(
         target, draft, tok, load_decodes(dirs['eval_t0']),

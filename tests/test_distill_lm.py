@@ -6,6 +6,7 @@ import pathlib
 import sys
 import types
 
+import jax
 import numpy as np
 import pytest
 from absl import flags
@@ -347,3 +348,27 @@ def test_the_card_reports_the_lookup_draft_beside_the_draft_alone():
   # Settings alone (no measurements yet): no section.
   assert distill_lm.lookup_card_lines(dict(context_lookup=dict(weight=0.8))) == []
   assert distill_lm.lookup_card_lines({}) == []
+
+
+def test_the_evaluated_draft_is_packed_as_load_pair_packs_it():
+  """`--stages=evaluate` and `lookup` time the shipped draft; they must time the one
+  `pretrained.load_pair` gives users (packed weights, in bfloat16 for its bfloat16
+  values), not an unpacked copy that costs 1.5x per step."""
+  pytest.importorskip('gguf')
+  from specdec import kernels, pretrained
+  if not kernels.enabled():
+    pytest.skip('no CPU kernel here: nothing is packed')
+  try:
+    pretrained.lm_path('smollm2_135m_instruct', verify=False)
+  except FileNotFoundError as e:
+    pytest.skip(f'the SmolLM2 wheel is not installed (`make test` installs it): {e}')
+  target, draft, tok = pretrained.load_pair('smollm2_135m_instruct')
+  evaluated = distill_lm.shipped_draft(str(pretrained.lm_draft_path()), target, tok)
+
+  def dtypes(model):
+    return jax.tree.map(lambda a: str(a.dtype), model.inner.packed)
+
+  assert evaluated.inner.packed is not None
+  assert dtypes(evaluated) == dtypes(draft)
+  assert set(jax.tree.leaves(dtypes(evaluated))) == {'bfloat16'}
+  assert evaluated.pad_id == draft.pad_id == tok.pad_id
