@@ -124,9 +124,10 @@ _COST_ROUNDS = flags.DEFINE_integer("lmp_cost_rounds", 3, "Interleaved rounds of
 _COST_REPEATS = flags.DEFINE_integer("lmp_cost_repeats", 2, "Repeats per round (min).")
 _COST_STEPS = flags.DEFINE_integer("lmp_cost_steps", 8, "extend calls per timed loop.")
 _PACKED = flags.DEFINE_bool(
-    "lmp_packed_weights", True, "Target and distilled draft with packed float32 weights "
+    "lmp_packed_weights", True, "Target and distilled draft with packed weights "
     "(`llama.Llama.with_packed_weights`: a CPU verifies a chunk reading each weight "
-    "once); a no-op where specdec.kernels is not enabled.")
+    "once; bfloat16 packs for the draft's bfloat16 values); a no-op where "
+    "specdec.kernels is not enabled.")
 _SWEEP_DRAFT = flags.DEFINE_enum("lmp_sweep_draft", LOOKUP, [DISTILLED, LOOKUP],
                                  "The draft of the gamma sweep and of c.")
 _SEED = flags.DEFINE_integer("lmp_seed", 0, "Sampling keys.")

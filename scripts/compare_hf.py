@@ -92,8 +92,8 @@ _THREADS = flags.DEFINE_integer(
     "down by 10x at 2 threads (not at 1): measure on an idle machine.")
 _LM_PACKED = flags.DEFINE_bool(
     "hf_lm_packed_weights", True, f"{LM_PAIR}: specdec's target and draft with packed "
-    "float32 weights (`llama.Llama.with_packed_weights`; a no-op where "
-    "specdec.kernels is not enabled).")
+    "weights (`llama.Llama.with_packed_weights`, bfloat16 packs for the draft's "
+    "bfloat16 values; a no-op where specdec.kernels is not enabled).")
 _PAD_MULTIPLE = flags.DEFINE_integer(
     "hf_lm_pad_multiple", 32, f"{LM_PAIR}: specdec's prompts are right-padded with the "
     "pad id to a multiple of this (few compiled shapes); transformers gets them "
