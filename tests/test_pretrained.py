@@ -78,10 +78,19 @@ def test_the_distilled_draft_is_shipped_and_decodes_exactly(pair, expected):
 
 
 def test_drafts_are_chosen_by_name():
+  from specdec import kernels
   target, distilled, _ = pretrained.load_pair("multi30k_ende", draft="draft_distilled")
-  assert target.per_position_logits == (
-      pretrained.CPU_PER_POSITION_LOGITS if jax.default_backend() == "cpu" else 0)
-  assert distilled.per_position_logits == 0
+  if kernels.enabled():  # a CPU with the kernel: both packed, in bfloat16 (exact here)
+    for model in (target, distilled):
+      assert model.per_position_logits == 0
+      assert {str(a.dtype) for a in jax.tree.leaves(model.packed)} == {"bfloat16"}
+  else:
+    assert target.packed is None and distilled.packed is None
+    assert target.per_position_logits == (
+        pretrained.CPU_PER_POSITION_LOGITS if jax.default_backend() == "cpu" else 0)
+    assert distilled.per_position_logits == 0
+  unpacked = pretrained.load_model("multi30k_ende", "target", per_position_logits=6)
+  assert unpacked.packed is None and unpacked.per_position_logits == 6
   with pytest.raises(ValueError, match="draft"):
     pretrained.load_pair("multi30k_ende", draft="nope")
   with pytest.raises(ValueError, match="which"):
