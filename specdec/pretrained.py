@@ -111,12 +111,12 @@ def load_model(name: str, which: str, dtype=jnp.float32,
                                 dtype=dtype)
   # On the device once: numpy leaves would be copied in again on every jit call
   # (tens of MB per decode, as long as several decoded tokens on a CPU).
-  if per_position_logits is not None:
-    return t5.T5(cfg, jax.device_put(params), per_position_logits=per_position_logits)
-  per_position_logits = (CPU_PER_POSITION_LOGITS if which == "target"
-                         and jax.default_backend() == "cpu" else 0)
+  chosen = per_position_logits is None
+  if chosen:
+    per_position_logits = (CPU_PER_POSITION_LOGITS if which == "target"
+                           and jax.default_backend() == "cpu" else 0)
   model = t5.T5(cfg, jax.device_put(params), per_position_logits=per_position_logits)
-  return model.with_packed_weights()
+  return model.with_packed_weights() if chosen else model
 
 
 def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,

@@ -269,10 +269,12 @@ def pack_tree(matrices: dict[str, tuple[Array, bool]], dtype: Any = None) -> dic
   from flax import traverse_util  # pylint: disable=g-import-not-at-top
   flat = {name: jnp.asarray(w).T if transposed else w
           for name, (w, transposed) in matrices.items()}
-  if dtype is None:
-    dtype = jnp.bfloat16 if exactly_bfloat16(*flat.values()) else jnp.float32
-  name = jnp.dtype(dtype).name
-  if name == "bfloat16" and not exactly_bfloat16(*flat.values()):
-    raise ValueError("dtype bfloat16: these weights are not all exactly bfloat16 "
-                     "values; packing them so would change the model's numbers")
+  name = None if dtype is None else jnp.dtype(dtype).name
+  if name in (None, "bfloat16"):
+    exact = exactly_bfloat16(*flat.values())
+    if name is None:
+      name = "bfloat16" if exact else "float32"
+    elif not exact:
+      raise ValueError("dtype bfloat16: these weights are not all exactly bfloat16 "
+                       "values; packing them so would change the model's numbers")
   return traverse_util.unflatten_dict(_pack_all(flat, name), sep="/")
