@@ -289,6 +289,55 @@ def _draft(draft: DecodeModel, state: Any, pending: Array, num_pending: Array,
   return x, q, bad, state
 
 
+def _draft_with_features(draft: Any, state: Any, pending: Array,
+                         pending_features: Array, num_pending: Array, keys: Array,
+                         sampling: SamplingConfig, gamma: int):
+  """Step 1 for a draft that reads the target's features (`reads_target_features`,
+  `specdec.models.eagle`).
+
+  The first step feeds the chunk `pending` [B, gamma + 1] of which `num_pending` [B]
+  (1 to gamma + 1) tokens are real: the tokens committed by the last iteration, each
+  with the target's feature of the position before it (`pending_features`), so that
+  the draft's cache holds the target's features for every committed position. The
+  logits of the last real token give q_1; each later step feeds the drafted token
+  with the draft's own predicted feature. Returns as `_draft`.
+  """
+  start = draft.lengths(state)
+  logits, features, state = draft.extend(state, pending, pending_features)
+  state = draft.rewind(state, start + num_pending)
+  logits1 = _take_position(logits, num_pending - 1)
+  feature1 = _take_position(features, num_pending - 1)
+
+  def draw(step_logits, key):
+    if sampling.greedy:
+      return *greedy_tokens_checked(step_logits), None
+    q, bad = probabilities_checked(step_logits, sampling)
+    return sample_categorical(key, q), bad, q
+
+  def step(carry, step_keys):
+    state, x_prev, feature_prev = carry
+    logits, features, state = draft.extend(state, x_prev[:, None],
+                                           feature_prev[:, None])
+    x, bad, q = draw(logits[:, 0], step_keys)
+    return (state, x, features[:, 0]), (x, q, bad)
+
+  x1, bad1, q1 = draw(logits1, keys[:, 0])
+  step_keys = None if sampling.greedy else jnp.swapaxes(keys[:, 1:], 0, 1)
+  (state, _, _), (xs, qs, bads) = jax.lax.scan(step, (state, x1, feature1), step_keys,
+                                               length=gamma - 1)
+  x = jnp.concatenate([x1[:, None], jnp.swapaxes(xs, 0, 1)], axis=1)
+  bad = bad1.astype(jnp.int32) + jnp.sum(bads, axis=0, dtype=jnp.int32)
+  if sampling.greedy:
+    return x, None, bad, state
+  q = jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
+  return x, q, bad, state
+
+
+def reads_target_features(draft: Any) -> bool:
+  """Whether `draft` is a feature draft (`specdec.models.eagle.FeatureDraft`)."""
+  return bool(getattr(draft, "reads_target_features", False))
+
+
 def speculative_step(p: Array, q: Array, x: Array, r: Array, key: Array,
                      lenience: float = 1.0):
   """Steps 3 and 4 of Algorithm 1 for a batch of rows.
@@ -376,8 +425,13 @@ class _SpeculativeState:
     target_state: Mp's state; holds every committed token but `last`.
     draft_state: Mq's state; holds every committed token but `pending`'s real ones.
     last: int32[B], the newest committed token (fed first at the next verification).
-    pending: int32[B, 2], the draft's next chunk ([x_gamma, t] or [t, placeholder]).
-    num_pending: int32[B], real tokens in `pending` (1 or 2).
+    pending: int32[B, 2], the draft's next chunk ([x_gamma, t] or [t, placeholder]);
+      for a feature draft int32[B, gamma + 1], every token the last iteration
+      committed ([x_1..x_n, t], then placeholders).
+    pending_features: None, or for a feature draft [B, gamma + 1, d]: the target's
+      feature of the position before each pending token.
+    num_pending: int32[B], real tokens in `pending` (1 or 2; 1 to gamma + 1 for a
+      feature draft).
     tokens: int32[B, max_new_tokens + gamma + 1], committed tokens; each iteration
       writes gamma + 1 slots at the row's position, of which n + 1 are real.
     log_probs: float32[B, max_new_tokens + gamma + 1], log p of each committed token
@@ -392,6 +446,7 @@ class _SpeculativeState:
   draft_state: Any
   last: Array
   pending: Array
+  pending_features: Any
   num_pending: Array
   tokens: Array
   log_probs: Array
@@ -437,11 +492,30 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
   capacity = max_new_tokens + gamma + 1
   start = target.start_tokens(inputs)
   zeros = jnp.zeros((batch,), jnp.int32)
+  with_features = reads_target_features(draft)
+  if with_features:
+    target_state, prompt_features = target.init_with_features(inputs, capacity)
+    draft_state = draft.init(inputs, capacity, prompt_features)
+    pending = jnp.stack([start] * (gamma + 1), axis=1)
+    pending_features = jnp.zeros((batch, gamma + 1, prompt_features.shape[-1]),
+                                 prompt_features.dtype)
+    if inputs.shape[1] > 1:
+      # The start token is fed with the feature of the prompt's last fed position.
+      before = target.lengths(target_state) - 1
+      first = _take_position(prompt_features, jnp.maximum(before, 0))
+      pending_features = pending_features.at[:, 0].set(
+          jnp.where((before >= 0)[:, None], first, 0))
+  else:
+    target_state = target.init(inputs, capacity)
+    draft_state = draft.init(inputs, capacity)
+    pending = jnp.stack([start, start], axis=1)
+    pending_features = None
   state = _SpeculativeState(
-      target_state=target.init(inputs, capacity),
-      draft_state=draft.init(inputs, capacity),
+      target_state=target_state,
+      draft_state=draft_state,
       last=start,
-      pending=jnp.stack([start, start], axis=1),
+      pending=pending,
+      pending_features=pending_features,
       num_pending=jnp.ones((batch,), jnp.int32),
       tokens=jnp.zeros((batch, capacity), jnp.int32),
       log_probs=jnp.zeros((batch, capacity), jnp.float32),
@@ -461,11 +535,18 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
     draft_start = draft.lengths(s.draft_state)
     target_start = target.lengths(s.target_state)
 
-    x, q, draft_bad, draft_state = _draft(draft, s.draft_state, s.pending,
-                                          s.num_pending, keys[:, :gamma], sampling,
-                                          gamma)
-    logits, target_state = target.extend(
-        s.target_state, jnp.concatenate([s.last[:, None], x], axis=1))
+    if with_features:
+      x, q, draft_bad, draft_state = _draft_with_features(
+          draft, s.draft_state, s.pending, s.pending_features, s.num_pending,
+          keys[:, :gamma], sampling, gamma)
+      logits, features, target_state = target.extend_with_features(
+          s.target_state, jnp.concatenate([s.last[:, None], x], axis=1))
+    else:
+      x, q, draft_bad, draft_state = _draft(draft, s.draft_state, s.pending,
+                                            s.num_pending, keys[:, :gamma], sampling,
+                                            gamma)
+      logits, target_state = target.extend(
+          s.target_state, jnp.concatenate([s.last[:, None], x], axis=1))
     if sampling.greedy and lenience == 1.0:
       target_tokens, target_bad = greedy_tokens_checked(logits)
       n, t, betas = greedy_step(target_tokens, x)
@@ -511,14 +592,27 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
     # committed, but only x_1..x_{min(n, gamma-1)} were fed: so it keeps
     # draft_start + s.num_pending + min(n, gamma - 1) tokens. On a rejection (n <
     # gamma) it owes [t]; on a full accept (n = gamma) it owes [x_gamma, t].
+    if with_features:
+      # A feature draft re-feeds every committed token with the target's features:
+      # it keeps the tokens up to `last` only, and owes [x_1..x_n, t] (`chunk`), each
+      # with the target's feature of the position before it (the chunk's features
+      # from `last` on).
+      draft_kept = draft_start + s.num_pending
+      pending = chunk
+      pending_features = keep(features, s.pending_features)
+      num_pending = n + 1
+    else:
+      draft_kept = draft_start + s.num_pending + jnp.minimum(n, gamma - 1)
+      pending = jnp.stack([jnp.where(full, x[:, -1], t), t], axis=1)
+      pending_features = None
+      num_pending = 1 + full.astype(jnp.int32)
     return _SpeculativeState(
         target_state=target.rewind(target_state, keep(target_start + n + 1, target_start)),
-        draft_state=draft.rewind(
-            draft_state,
-            keep(draft_start + s.num_pending + jnp.minimum(n, gamma - 1), draft_start)),
+        draft_state=draft.rewind(draft_state, keep(draft_kept, draft_start)),
         last=keep(t, s.last),
-        pending=keep(jnp.stack([jnp.where(full, x[:, -1], t), t], axis=1), s.pending),
-        num_pending=keep(1 + full.astype(jnp.int32), s.num_pending),
+        pending=keep(pending, s.pending),
+        pending_features=pending_features,
+        num_pending=keep(num_pending, s.num_pending),
         tokens=keep(write_rows(s.tokens, chunk, s.num_generated), s.tokens),
         log_probs=keep(write_rows(s.log_probs, chunk_log_probs, s.num_generated),
                        s.log_probs),
@@ -699,6 +793,16 @@ def speculative_sample(target: DecodeModel, draft: DecodeModel, inputs: Array,
     raise ValueError(f"vocab_size of target ({target.vocab_size}) and draft "
                      f"({draft.vocab_size}) differ: Algorithm 1 compares p and q "
                      "token by token")
+  if reads_target_features(draft):
+    missing = [m for m in ("init_with_features", "extend_with_features")
+               if not callable(getattr(target, m, None))]
+    if missing:
+      raise TypeError(f"draft reads the target's features, but target "
+                      f"({type(target).__name__}) has no {' / '.join(missing)}")
+    if getattr(target, "feature_size", None) != draft.feature_size:
+      raise ValueError(f"feature_size of target ({getattr(target, 'feature_size', None)}) "
+                       f"and draft ({draft.feature_size}) differ: the draft reads the "
+                       "target's features")
   return _speculative_jit(target, draft, inputs, rng, gamma=gamma,
                           max_new_tokens=int(max_new_tokens),
                           sampling=sampling.normalized(target.vocab_size),

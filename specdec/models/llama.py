@@ -487,7 +487,9 @@ class Transformer(nn.Module):
                                 float32_output=True)
 
   def _logits(self, y: Array) -> Array:
-    y = self.final_norm(y)
+    return self._output(self.final_norm(y))
+
+  def _output(self, y: Array) -> Array:
     if self.config.tie_word_embeddings:
       return self.token_embedder.attend(y)
     return self.logits_dense(y)
@@ -505,8 +507,8 @@ class Transformer(nn.Module):
     return self._logits(y)
 
   def extend(self, tokens: Array, lengths: Array,
-             caches: tuple[tuple[Array, Array], ...], logits: bool = True
-             ) -> tuple[Array | None, tuple[tuple[Array, Array], ...]]:
+             caches: tuple[tuple[Array, Array], ...], logits: bool = True,
+             features: bool = False):
     """Feeds `tokens` [B, k] at positions lengths[b], lengths[b] + 1, ... of each row.
 
     Query j of row b (position p = lengths[b] + j) attends to cache slots t <= p: the
@@ -518,9 +520,12 @@ class Transformer(nn.Module):
       lengths: int32[B], tokens already in each row's cache.
       caches: per layer, (key, value) [B, T, KV, hd].
       logits: False skips the output layer (the prompt's prefill) and returns None.
+      features: also return the normed last hidden states [B, k, d], the vector the
+        output layer reads (a feature draft's input, `specdec.models.eagle`).
 
     Returns:
-      (float32 logits [B, k, V] or None, the caches with the chunk written).
+      (float32 logits [B, k, V] or None, the caches with the chunk written), and the
+      features third where `features`.
     """
     cfg = self.config
     capacity = caches[0][0].shape[1]
@@ -533,7 +538,11 @@ class Transformer(nn.Module):
     for layer, cache in zip(self.layers, caches):
       y, cache = layer.extend(y, cos, sin, cache, lengths, visible)
       new_caches.append(cache)
-    return (self._logits(y) if logits else None), tuple(new_caches)
+    if not features:
+      return (self._logits(y) if logits else None), tuple(new_caches)
+    y = self.final_norm(y)
+    out = self._output(y) if logits else None
+    return out, tuple(new_caches), y
 
 
 class Embed(nn.Module):
@@ -672,13 +681,13 @@ def _forward(cfg: LlamaConfig, params: Any, tokens: Array, packed: Any = None
   return Transformer(cfg).apply(_variables(params, packed), tokens)
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=('logits',))
+@functools.partial(jax.jit, static_argnums=0, static_argnames=('logits', 'features'))
 def _extend(cfg: LlamaConfig, params: Any, tokens: Array, lengths: Array,
             caches: tuple[tuple[Array, Array], ...], logits: bool = True,
-            packed: Any = None
-            ) -> tuple[Array | None, tuple[tuple[Array, Array], ...]]:
+            packed: Any = None, features: bool = False):
   return Transformer(cfg).apply(_variables(params, packed), tokens, lengths, caches,
-                                logits=logits, method=Transformer.extend)
+                                logits=logits, features=features,
+                                method=Transformer.extend)
 
 
 def decode_matrices(cfg: LlamaConfig, params: Any) -> dict[str, tuple[Array, bool]]:
@@ -765,6 +774,11 @@ class Llama:
     return self.config.vocab_size
 
   @property
+  def feature_size(self) -> int:
+    """d, the width of `extend_with_features`'s features."""
+    return self.config.hidden_size
+
+  @property
   def module(self) -> Transformer:
     return Transformer(self.config)
 
@@ -819,7 +833,7 @@ class Llama:
     return jnp.take_along_axis(jnp.asarray(inputs), last[:, None], axis=1)[:, 0].astype(
         jnp.int32)
 
-  def init(self, inputs: Array, max_length: int) -> LlamaState:
+  def init(self, inputs: Array, max_length: int, features: bool = False):
     """Feeds each row's prompt minus its last token; allocates S - 1 + max_length
     cache positions (so that `max_length` more tokens, the start token first, fit).
 
@@ -841,16 +855,32 @@ class Llama:
     shape = (batch, capacity, cfg.num_kv_heads, cfg.head_dim)
     caches = tuple((jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
                    for _ in range(cfg.num_layers))
+    hidden = jnp.zeros((batch, length - 1, cfg.hidden_size), cfg.dtype)
     if length > 1:
       # Rows shorter than S also feed their padding; those slots lie at or past the
       # row's length, so they are stale: masked, then overwritten by `extend`.
       self._check_params()
-      _, caches = _extend(self.config, self.params, jnp.asarray(inputs)[:, :-1],
-                          jnp.zeros((batch,), jnp.int32), caches, logits=False,
-                          packed=self.packed)
-    return LlamaState(caches=caches, lengths=prompt_lengths - 1)
+      _, caches, *rest = _extend(self.config, self.params, jnp.asarray(inputs)[:, :-1],
+                                 jnp.zeros((batch,), jnp.int32), caches, logits=False,
+                                 packed=self.packed, features=features)
+      if features:
+        hidden = rest[0]
+    state = LlamaState(caches=caches, lengths=prompt_lengths - 1)
+    return (state, hidden) if features else state
 
-  def extend(self, state: LlamaState, tokens: Array) -> tuple[Array, LlamaState]:
+  def init_with_features(self, inputs: Array, max_length: int
+                         ) -> tuple[LlamaState, Array]:
+    """`init`, and the features (normed last hidden states) [B, S - 1, d] of the
+    positions it fed: what a feature draft's `init` reads (`specdec.models.eagle`)."""
+    return self.init(inputs, max_length, features=True)
+
+  def extend_with_features(self, state: LlamaState, tokens: Array
+                           ) -> tuple[Array, Array, LlamaState]:
+    """`extend`, and the chunk's features [B, k, d] (the normed last hidden states
+    its logits are computed from), in the config's dtype."""
+    return self.extend(state, tokens, features=True)
+
+  def extend(self, state: LlamaState, tokens: Array, features: bool = False):
     """tokens: int[B, k] -> (float32 logits [B, k, V], state advanced by k).
 
     Writes only the k new slots of each row. A row must have room (lengths + k <= T,
@@ -859,9 +889,11 @@ class Llama:
     base.check_tokens('tokens', tokens, self.vocab_size)
     base.check_chunk(tokens, *state.caches[0][0].shape[:2])
     self._check_params()
-    logits, caches = _extend(self.config, self.params, jnp.asarray(tokens),
-                             state.lengths, state.caches, packed=self.packed)
-    return logits, LlamaState(caches=caches, lengths=state.lengths + tokens.shape[1])
+    logits, caches, *rest = _extend(self.config, self.params, jnp.asarray(tokens),
+                                    state.lengths, state.caches, packed=self.packed,
+                                    features=features)
+    state = LlamaState(caches=caches, lengths=state.lengths + tokens.shape[1])
+    return (logits, rest[0], state) if features else (logits, state)
 
   def rewind(self, state: LlamaState, lengths: Array) -> LlamaState:
     """Rolls row b back to min(current, lengths[b]) tokens; stale slots are masked."""
