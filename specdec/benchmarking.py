@@ -22,6 +22,7 @@ import os
 import time
 from typing import Any, Callable
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -81,6 +82,25 @@ def extend_seconds(model, state, tokens: jax.Array, repeats: int = 5,
   return float(reduce(times)) / steps
 
 
+@flax.struct.dataclass
+class _FeatureStep:
+  """A feature draft's step as `extend_seconds` times it: each token fed with a
+  feature (zeros; the cost does not depend on its value), the logits returned."""
+
+  draft: Any
+
+  def extend(self, state, tokens):
+    features = jnp.zeros(tokens.shape + (self.draft.feature_size,), jnp.float32)
+    logits, _, state = self.draft.extend(state, tokens, features)
+    return logits, state
+
+  def rewind(self, state, lengths):
+    return self.draft.rewind(state, lengths)
+
+  def lengths(self, state):
+    return self.draft.lengths(state)
+
+
 def step_costs(target, draft, inputs: jax.Array, gamma: int, max_length: int,
                repeats: int = 3, steps: int = 16, rounds: int = 3) -> dict[str, float]:
   """t_p1, t_p(gamma+1) and t_q in seconds, and c, v, for these models and inputs.
@@ -91,8 +111,13 @@ def step_costs(target, draft, inputs: jax.Array, gamma: int, max_length: int,
   turn in each round so that a slow spell of the machine cannot fall on one alone.
   """
   start = target.start_tokens(inputs)[:, None]
-  target_state = target.init(inputs, max_length)
-  draft_state = draft.init(inputs, max_length)
+  if sample.reads_target_features(draft):
+    target_state, features = target.init_with_features(inputs, max_length)
+    draft_state = draft.init(inputs, max_length, features)
+    draft = _FeatureStep(draft)
+  else:
+    target_state = target.init(inputs, max_length)
+    draft_state = draft.init(inputs, max_length)
   chunk = jnp.tile(start, (1, gamma + 1))
   calls = dict(t_p1=(target, target_state, start),
                t_p_gamma1=(target, target_state, chunk),

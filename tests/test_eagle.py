@@ -14,6 +14,7 @@ import pytest
 
 import specdec
 from specdec.distributions import SamplingConfig
+from specdec import benchmarking
 from specdec.models import eagle, llama
 from test_llama import (NUM_NEW, STAT_PROMPT, PAD_ID, exact_llama_distribution,
                         ragged_inputs, tiny_model)
@@ -255,3 +256,12 @@ def test_save_and_load_round_trip_in_bfloat16_and_refuse_malformed_files(tmp_pat
     eagle.load(str(tmp_path), target)
   with pytest.raises(ValueError, match="has no"):
     eagle.load(str(tmp_path / "missing"), target)
+
+
+def test_step_costs_time_a_feature_draft():
+  target = tiny_model(0, pad_id=None)
+  draft = feature_draft(target)
+  x = jnp.asarray(np.random.default_rng(0).integers(1, 64, (1, 5)), jnp.int32)
+  costs = benchmarking.step_costs(target, draft, x, 3, 16, repeats=1, steps=2,
+                                  rounds=1)
+  assert costs["t_q"] > 0 and costs["c"] == costs["t_q"] / costs["t_p1"]

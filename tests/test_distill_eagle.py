@@ -1,0 +1,59 @@
+"""scripts/distill_eagle.py's pieces on a tiny target: the features it extracts are
+the target's, training lowers its loss, and the draft it saves decodes exactly."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import specdec
+from specdec.distributions import SamplingConfig
+from specdec.models import eagle
+from test_distill_lm import _load_with_own_flags, distill_lm  # noqa: F401 (loads it)
+from test_eagle import target_features
+from test_llama import tiny_model
+
+distill_eagle = _load_with_own_flags("distill_eagle")
+
+
+def _sequences(n, seed=0):
+  rng = np.random.default_rng(seed)
+  return [(rng.integers(1, 64, rng.integers(2, 6)).astype(np.int32),
+           rng.integers(1, 64, rng.integers(3, 9)).astype(np.int32)) for _ in range(n)]
+
+
+def test_extracted_features_are_the_targets_hidden_states(tmp_path):
+  target = tiny_model(0, tie_word_embeddings=True)
+  seqs = _sequences(5)
+  path = str(tmp_path / "f.npz")
+  distill_eagle.extract(target, 0, seqs, path)
+  loaded = distill_eagle.load_features(path)
+  for (prompt, response), (tokens, feats, prompt_length) in zip(seqs, loaded):
+    np.testing.assert_array_equal(tokens, np.concatenate([prompt, response]))
+    assert prompt_length == len(prompt)
+    expected = target_features(target, tokens[None])[0]
+    np.testing.assert_allclose(feats.astype(np.float32), expected, rtol=2e-3, atol=2e-3)
+
+
+def test_training_lowers_the_loss_and_saves_a_draft_that_decodes_exactly(tmp_path):
+  target = tiny_model(0, tie_word_embeddings=True)
+  path = str(tmp_path / "f.npz")
+  distill_eagle.extract(target, 0, _sequences(8), path)
+  data = distill_eagle.load_features(path)
+  values = distill_eagle.flags.FLAGS
+  for name, value in dict(eagle_epochs=12, eagle_batch=4, eagle_length=16,
+                          eagle_warmup_steps=2).items():
+    values[name].value = value
+  ids = np.arange(0, 64, 2, dtype=np.int32)
+  record = distill_eagle.train(target, ids, data, data[:4], str(tmp_path))
+  history = record["history"]
+  assert len(history) == 13 and all(0 <= h["accuracy"] <= 1 for h in history)
+  assert history[-1]["loss"] < history[1]["loss"]
+  draft = eagle.load(str(tmp_path / "draft"), target)
+  np.testing.assert_array_equal(draft.ids, ids)
+  x = jnp.asarray(data[0][0][None, :4])
+  greedy = SamplingConfig(temperature=0.0)
+  spec = specdec.speculative_sample(target, draft, x, jax.random.key(0), gamma=3,
+                                    max_new_tokens=12, sampling=greedy)
+  base = specdec.autoregressive_sample(target, x, jax.random.key(0), max_new_tokens=12,
+                                       sampling=greedy)
+  np.testing.assert_array_equal(spec.tokens, base.tokens)
