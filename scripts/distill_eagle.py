@@ -26,7 +26,9 @@ Stages (each reads the previous one's files in --eagle_dir):
   token (from the target's features) is the target's greedy token.
 * `evaluate`: `specdec.speculative_sample` with the trained draft over the held-out
   prompts at temperature 0 (--gamma): alpha-hat, tokens per iteration, and rows
-  identical to the target's greedy decodes; writes evaluate.json.
+  identical to the target's greedy decodes, into summary.json (where every stage
+  records what it did). The trained draft is --eagle_dir/draft
+  (`specdec.models.eagle.load(directory, target)`).
 """
 
 from __future__ import annotations
@@ -120,10 +122,12 @@ def extract(target, pad_id: int, seqs: Sequence[tuple], path: str) -> None:
 
 def load_features(path: str) -> list[tuple[np.ndarray, np.ndarray, int]]:
   """(tokens, float16 features, prompt length) per sequence of `extract`'s file."""
-  z = np.load(path)
-  ends = np.cumsum(z['lengths'])
-  return [(z['tokens'][e - n:e], z['features'][e - n:e], int(p))
-          for e, n, p in zip(ends, z['lengths'], z['prompt_lengths'])]
+  with np.load(path) as z:  # each key read once: an NpzFile reads it on every access
+    tokens, feats, lengths, prompts = (z[k] for k in ('tokens', 'features', 'lengths',
+                                                       'prompt_lengths'))
+  ends = np.cumsum(lengths)
+  return [(tokens[e - n:e], feats[e - n:e], int(p))
+          for e, n, p in zip(ends, lengths, prompts)]
 
 
 # ------------------------------------------------------------------------------
