@@ -263,30 +263,43 @@ def _draft(draft: DecodeModel, state: Any, pending: Array, num_pending: Array,
   state = draft.rewind(state, start + num_pending)
   logits1 = _take_position(logits, num_pending - 1)
 
-  def draw(step_logits, key):
-    """(x, q, bad) at one draft position."""
-    if sampling.greedy:
-      return *greedy_tokens_checked(step_logits), None
-    q, bad = probabilities_checked(step_logits, sampling)
-    return sample_categorical(key, q), bad, q
-
   def step(carry, step_keys):
     state, x_prev = carry
     logits, state = draft.extend(state, x_prev[:, None])
-    x, bad, q = draw(logits[:, 0], step_keys)
+    x, bad, q = _draw(logits[:, 0], step_keys, sampling)
     return (state, x), (x, q, bad)
 
-  x1, bad1, q1 = draw(logits1, keys[:, 0])
-  # Greedy drafts draw nothing: no keys are scanned over, so none are computed.
-  step_keys = None if sampling.greedy else jnp.swapaxes(keys[:, 1:], 0, 1)
-  (state, _), (xs, qs, bads) = jax.lax.scan(step, (state, x1), step_keys,
-                                            length=gamma - 1)
+  first = _draw(logits1, keys[:, 0], sampling)
+  (state, _), rest = jax.lax.scan(step, (state, first[0]), _step_keys(keys, sampling),
+                                  length=gamma - 1)
+  return (*_drafts(first, rest, sampling), state)
+
+
+def _draw(step_logits: Array, key: Array, sampling: SamplingConfig):
+  """(x, bad, q) at one draft position: q is None at temperature 0, where x is the
+  argmax and the rest needs nothing else."""
+  if sampling.greedy:
+    return *greedy_tokens_checked(step_logits), None
+  q, bad = probabilities_checked(step_logits, sampling)
+  return sample_categorical(key, q), bad, q
+
+
+def _step_keys(keys: Array, sampling: SamplingConfig):
+  """The keys the draft steps after the first scan over ([gamma - 1, B] keys), or
+  None: greedy drafts draw nothing, so no keys are computed."""
+  return None if sampling.greedy else jnp.swapaxes(keys[:, 1:], 0, 1)
+
+
+def _drafts(first, rest, sampling: SamplingConfig):
+  """(x [B, gamma], q [B, gamma, V] or None, bad [B]) from the first step's
+  `_draw` and the scanned steps' (x, q, bad), each [gamma - 1, B, ...]."""
+  x1, bad1, q1 = first
+  xs, qs, bads = rest
   x = jnp.concatenate([x1[:, None], jnp.swapaxes(xs, 0, 1)], axis=1)
   bad = bad1.astype(jnp.int32) + jnp.sum(bads, axis=0, dtype=jnp.int32)
   if sampling.greedy:
-    return x, None, bad, state
-  q = jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
-  return x, q, bad, state
+    return x, None, bad
+  return x, jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1), bad
 
 
 def _draft_with_features(draft: Any, state: Any, pending: Array,
@@ -308,29 +321,17 @@ def _draft_with_features(draft: Any, state: Any, pending: Array,
   logits1 = _take_position(logits, num_pending - 1)
   feature1 = _take_position(features, num_pending - 1)
 
-  def draw(step_logits, key):
-    if sampling.greedy:
-      return *greedy_tokens_checked(step_logits), None
-    q, bad = probabilities_checked(step_logits, sampling)
-    return sample_categorical(key, q), bad, q
-
   def step(carry, step_keys):
     state, x_prev, feature_prev = carry
     logits, features, state = draft.extend(state, x_prev[:, None],
                                            feature_prev[:, None])
-    x, bad, q = draw(logits[:, 0], step_keys)
+    x, bad, q = _draw(logits[:, 0], step_keys, sampling)
     return (state, x, features[:, 0]), (x, q, bad)
 
-  x1, bad1, q1 = draw(logits1, keys[:, 0])
-  step_keys = None if sampling.greedy else jnp.swapaxes(keys[:, 1:], 0, 1)
-  (state, _, _), (xs, qs, bads) = jax.lax.scan(step, (state, x1, feature1), step_keys,
-                                               length=gamma - 1)
-  x = jnp.concatenate([x1[:, None], jnp.swapaxes(xs, 0, 1)], axis=1)
-  bad = bad1.astype(jnp.int32) + jnp.sum(bads, axis=0, dtype=jnp.int32)
-  if sampling.greedy:
-    return x, None, bad, state
-  q = jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
-  return x, q, bad, state
+  first = _draw(logits1, keys[:, 0], sampling)
+  (state, _, _), rest = jax.lax.scan(step, (state, first[0], feature1),
+                                     _step_keys(keys, sampling), length=gamma - 1)
+  return (*_drafts(first, rest, sampling), state)
 
 
 def reads_target_features(draft: Any) -> bool:
