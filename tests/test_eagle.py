@@ -5,7 +5,6 @@ Statistical tests use fixed seeds, so they are deterministic; each states the
 false-alarm rate its threshold would have under fresh randomness.
 """
 
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -16,8 +15,8 @@ import specdec
 from specdec.distributions import SamplingConfig
 from specdec import benchmarking
 from specdec.models import eagle, llama
-from test_llama import (NUM_NEW, STAT_PROMPT, PAD_ID, exact_llama_distribution,
-                        ragged_inputs, tiny_model)
+from test_llama import (NUM_NEW, STAT_PROMPT, assert_greedy_identity,
+                        exact_llama_distribution, ragged_inputs, tiny_model)
 from test_sample import CHI2_PVALUE, chi_square_pvalue
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -112,13 +111,7 @@ def test_greedy_speculative_with_a_feature_draft_equals_greedy_target(gamma):
   target = tiny_model(0)
   draft = feature_draft(target, ids=np.arange(48))
   x = ragged_inputs(4, 6, target.vocab_size, [6, 1, 4, 5], seed=8)
-  spec = specdec.speculative_sample(target, draft, x, jax.random.key(1), gamma=gamma,
-                                    max_new_tokens=16, sampling=GREEDY, eos_id=3)
-  base = specdec.autoregressive_sample(target, x, jax.random.key(2), max_new_tokens=16,
-                                       sampling=GREEDY, eos_id=3)
-  np.testing.assert_array_equal(spec.tokens, base.tokens)
-  np.testing.assert_array_equal(spec.lengths, base.lengths)
-  assert int(spec.stats.accepted.sum()) < int(spec.stats.drafted.sum())
+  assert_greedy_identity(target, draft, x, gamma)
 
 
 def simulated_accepts(target, draft, prompt, truth, gamma, new):

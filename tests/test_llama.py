@@ -251,20 +251,26 @@ def test_bad_arguments_raise_errors_naming_them():
 # ------------------------------------------------------------ Algorithm 1 on Llama
 
 
+def assert_greedy_identity(target, draft, x, gamma, max_new_tokens=16, eos_id=3):
+  """Greedy speculative decoding of `x` equals the target's greedy decode, and the
+  draft was sometimes rejected (verification did real work)."""
+  spec = specdec.speculative_sample(target, draft, x, jax.random.key(1), gamma=gamma,
+                                    max_new_tokens=max_new_tokens, sampling=GREEDY,
+                                    eos_id=eos_id)
+  base = specdec.autoregressive_sample(target, x, jax.random.key(2),
+                                       max_new_tokens=max_new_tokens, sampling=GREEDY,
+                                       eos_id=eos_id)
+  np.testing.assert_array_equal(spec.tokens, base.tokens)
+  np.testing.assert_array_equal(spec.lengths, base.lengths)
+  assert int(spec.stats.accepted.sum()) < int(spec.stats.drafted.sum())
+
+
 def test_greedy_speculative_equals_the_targets_greedy_decode():
-  gamma = 3
   target = tiny_model(0, num_layers=2)
   draft = tiny_model(1, hidden_size=16, num_heads=2, num_kv_heads=1,
                      intermediate_size=32, num_layers=1, tie_word_embeddings=True)
   x = ragged_inputs(4, 6, target.vocab_size, [6, 2, 4, 5], seed=8)
-  spec = specdec.speculative_sample(target, draft, x, jax.random.key(1), gamma=gamma,
-                                    max_new_tokens=16, sampling=GREEDY, eos_id=3)
-  base = specdec.autoregressive_sample(target, x, jax.random.key(2), max_new_tokens=16,
-                                       sampling=GREEDY, eos_id=3)
-  np.testing.assert_array_equal(spec.tokens, base.tokens)
-  np.testing.assert_array_equal(spec.lengths, base.lengths)
-  # A random draft of another model is sometimes wrong: verification did real work.
-  assert int(spec.stats.accepted.sum()) < int(spec.stats.drafted.sum())
+  assert_greedy_identity(target, draft, x, gamma=3)
 
 
 # Sequence-level statistics: a tiny vocabulary and few new tokens, so that the

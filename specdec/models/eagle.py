@@ -223,19 +223,12 @@ class FeatureDraft:
     d] (the target's features of those positions, `llama.Llama.init_with_features`),
     shifted by one; allocates S - 1 + max_length positions."""
     prompt_lengths = llama.Llama.prompt_lengths(self._prompt(), inputs)
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-      raise ValueError(f'max_length must be a positive int, got {max_length!r}')
     cfg = self.config
     batch, length = inputs.shape
+    capacity = llama.cache_capacity(cfg, length, max_length)
     if features.shape != (batch, length - 1, cfg.hidden_size):
       raise ValueError(f'features: expected {(batch, length - 1, cfg.hidden_size)} '
                        f'(the target\'s features of inputs[:, :-1]), got {features.shape}')
-    capacity = length - 1 + max_length
-    if capacity > cfg.max_position_embeddings:
-      raise ValueError(
-          f'max_length: the prompt ({length} tokens) plus {max_length} new positions '
-          f'needs {capacity} positions, but this config has '
-          f'max_position_embeddings={cfg.max_position_embeddings}')
     shape = (batch, capacity, cfg.num_kv_heads, cfg.head_dim)
     cache = (jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
     if length > 1:

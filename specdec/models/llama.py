@@ -722,6 +722,21 @@ def pack_params(cfg: LlamaConfig, params: Any, dtype: Any = None) -> dict[str, A
   return kernels.pack_tree(decode_matrices(cfg, params), dtype)
 
 
+def cache_capacity(cfg: LlamaConfig, length: int, max_length: Any) -> int:
+  """S - 1 + max_length, the cache positions `init` allocates for prompts of S
+  tokens. Raises ValueError naming `max_length` unless it is a positive int that
+  fits the config's max_position_embeddings."""
+  if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+    raise ValueError(f'max_length must be a positive int, got {max_length!r}')
+  capacity = length - 1 + max_length
+  if capacity > cfg.max_position_embeddings:
+    raise ValueError(
+        f'max_length: the prompt ({length} tokens) plus {max_length} new positions '
+        f'needs {capacity} positions (the last prompt token is among the new ones), '
+        f'but this config has max_position_embeddings={cfg.max_position_embeddings}')
+  return capacity
+
+
 def _is_concrete(x: Any) -> bool:
   return not isinstance(x, jax.core.Tracer)
 
@@ -842,16 +857,9 @@ class Llama:
         max_position_embeddings, or `inputs` (see `prompt_lengths`).
     """
     prompt_lengths = self.prompt_lengths(inputs)
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-      raise ValueError(f'max_length must be a positive int, got {max_length!r}')
     cfg = self.config
     batch, length = inputs.shape
-    capacity = length - 1 + max_length
-    if capacity > cfg.max_position_embeddings:
-      raise ValueError(
-          f'max_length: the prompt ({length} tokens) plus {max_length} new positions '
-          f'needs {capacity} positions (the last prompt token is among the new ones), '
-          f'but this config has max_position_embeddings={cfg.max_position_embeddings}')
+    capacity = cache_capacity(cfg, length, max_length)
     shape = (batch, capacity, cfg.num_kv_heads, cfg.head_dim)
     caches = tuple((jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
                    for _ in range(cfg.num_layers))
