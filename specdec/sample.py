@@ -24,6 +24,13 @@ The whole decode is one `lax.while_loop` inside one `jax.jit`; the draft steps a
 `lax.scan` inside it. Rows advance independently (each has its own n, position and
 random key) and stop on EOS or `max_new_tokens`; a finished row stops changing.
 
+A draft that reads the target's features (`reads_target_features`, e.g.
+`specdec.models.eagle.FeatureDraft`) gets them from the verification call
+(`extend_with_features`): each iteration re-feeds it every committed token with the
+target's feature of the position before it, so that its cache never keeps its own
+guesses for committed positions (`_draft_with_features`). q is still just a draft
+distribution: the law of the output is Mp's either way.
+
 The draft cache after a full accept: Mq never ran on x_gamma. Rather than spend an
 extra draft call, the next iteration's first draft step feeds a 2-token chunk
 [x_gamma, t]. Shapes are static, so that first step always feeds two tokens; when only

@@ -201,6 +201,8 @@ class FeatureDraft:
     return self.replace(packed=kernels.pack_tree(decode_matrices(self.params)))
 
   def _prompt(self) -> llama.Llama:
+    # Prompt lengths and start tokens depend on the vocabulary and pad_id only: the
+    # target's rules, applied through a Llama whose network is never run.
     return llama.Llama(self.config, self.params, pad_id=self.pad_id)
 
   def start_tokens(self, inputs: Array) -> Array:
