@@ -124,17 +124,29 @@ def simulated_accepts(target, draft, prompt, truth, gamma, new):
   true = np.asarray(target_features(target, seq[None]))[0]
   module = eagle.FeatureLayer(target.config, int(draft.ids.shape[0]))
   ids = np.asarray(draft.ids)
+  width = len(seq) + gamma  # every pass is padded to one length: one compilation
+
+  @jax.jit
+  def full_pass(tokens, feats, at):
+    # Causal: the padding after position `at` changes nothing at or before it.
+    embedded = jnp.take(draft.embedding, tokens[None], axis=0)
+    logits, g = module.apply({"params": draft.params}, embedded, feats[None])
+    return jnp.argmax(logits[0, at]), g[0, at]
+
   last, accepts = len(prompt) - 1, []  # `last`: index of the newest committed token
   while last - (len(prompt) - 1) < new:
     tokens, feats = list(seq[:last + 1]), [np.zeros_like(true[0])] + list(true[:last])
     drafted = []
     for _ in range(gamma):
-      embedded = jnp.take(draft.embedding, jnp.asarray(tokens)[None], axis=0)
-      logits, g = module.apply({"params": draft.params}, embedded,
-                               jnp.asarray(np.stack(feats))[None])
-      drafted.append(int(ids[int(jnp.argmax(logits[0, -1]))]))
+      n = len(tokens)
+      padded = np.zeros((width,), np.int32)
+      padded[:n] = tokens
+      padded_feats = np.zeros((width, true.shape[1]), np.float32)
+      padded_feats[:n] = np.stack(feats)
+      best, g = full_pass(jnp.asarray(padded), jnp.asarray(padded_feats), n - 1)
+      drafted.append(int(ids[int(best)]))
       tokens.append(drafted[-1])
-      feats.append(np.asarray(g[0, -1]))
+      feats.append(np.asarray(g))
     n = 0
     while n < gamma and drafted[n] == seq[last + 1 + n]:
       n += 1
