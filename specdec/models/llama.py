@@ -863,7 +863,7 @@ class Llama:
     shape = (batch, capacity, cfg.num_kv_heads, cfg.head_dim)
     caches = tuple((jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
                    for _ in range(cfg.num_layers))
-    hidden = jnp.zeros((batch, length - 1, cfg.hidden_size), cfg.dtype)
+    hidden = None
     if length > 1:
       # Rows shorter than S also feed their padding; those slots lie at or past the
       # row's length, so they are stale: masked, then overwritten by `extend`.
@@ -874,7 +874,11 @@ class Llama:
       if features:
         hidden = rest[0]
     state = LlamaState(caches=caches, lengths=prompt_lengths - 1)
-    return (state, hidden) if features else state
+    if not features:
+      return state
+    if hidden is None:  # a one-token prompt: nothing fed, no features
+      hidden = jnp.zeros((batch, 0, cfg.hidden_size), cfg.dtype)
+    return state, hidden
 
   def init_with_features(self, inputs: Array, max_length: int
                          ) -> tuple[LlamaState, Array]:
