@@ -274,7 +274,8 @@ def load_lm(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
   The file is checked against its registered sha256 (`lm_path`), dequantized to
   `dtype` (float32 by default; bfloat16 is emulated and slow on a CPU) by
   `specdec.checkpoints_gguf.load_gguf`, and its parameters are placed on the device
-  once.
+  once: a later call for the same file and dtype in this process returns a model
+  over the same arrays (the last one loaded is kept).
 
   Args:
     name: one of `lm_names()`.
@@ -288,19 +289,34 @@ def load_lm(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
     `(specdec.models.llama.Llama, specdec.tokenizer.Tokenizer)`; stop decoding on
     `tokenizer.eos_id`.
   """
-  from specdec import checkpoints_gguf, tokenizer  # pylint: disable=g-import-not-at-top
+  from specdec import checkpoints_gguf, kernels, tokenizer  # pylint: disable=g-import-not-at-top
   from specdec.models import llama  # pylint: disable=g-import-not-at-top
   path = lm_path(name)
   reader = checkpoints_gguf.open_gguf(path)
-  cfg, params = checkpoints_gguf.load_gguf_reader(reader, dtype=dtype)
   tok = tokenizer.Tokenizer.from_reader(reader, source=str(path))
   if pad_id == FILE_PAD_ID:
     pad_id = tok.pad_id
-  # On the device once: numpy leaves would be copied in again on every jit call.
-  # On a CPU the weights are also packed for `specdec.kernels` (a second float32
-  # copy), so that a chunk of gamma + 1 tokens costs about one token's step.
-  model = llama.Llama(cfg, jax.device_put(params), pad_id=pad_id)
-  return model.with_packed_weights(), tok
+  stat = path.stat()
+  key = (str(path), stat.st_size, stat.st_mtime_ns, jnp.dtype(dtype).name,
+         kernels.enabled())
+  model = _LM_CACHE.get(key)
+  if model is None:
+    cfg, params = checkpoints_gguf.load_gguf_reader(reader, dtype=dtype)
+    # On the device once: numpy leaves would be copied in again on every jit call.
+    # On a CPU the weights are also packed for `specdec.kernels` (a second float32
+    # copy), so that a chunk of gamma + 1 tokens costs about one token's step.
+    model = llama.Llama(cfg, jax.device_put(params)).with_packed_weights()
+    _LM_CACHE.clear()  # one model held: a second would pin another copy in memory
+    _LM_CACHE[key] = model
+  return model.replace(pad_id=pad_id), tok
+
+
+# The last model `load_lm` built, keyed by its file (path, size, mtime), dtype and
+# whether the kernels packed it: loading the same LM again in one process (`load_pair`
+# after `load_lm`, a benchmark's next row) reuses its device arrays instead of
+# dequantizing and packing every weight again. A `llama.Llama` is immutable, so sharing
+# its arrays is safe; the tokenizer, which has mutable attributes, is built anew.
+_LM_CACHE: dict[tuple, Any] = {}
 
 
 # ------------------------------------------------------------------------------

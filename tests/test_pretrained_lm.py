@@ -123,6 +123,22 @@ def test_load_lm_gives_the_smollm2_llama_and_its_tokenizer(lm):
   assert all(isinstance(x, jax.Array) and x.dtype == jnp.float32 for x in leaves)
 
 
+def test_a_second_load_shares_the_weights_with_its_own_pad_id_and_tokenizer(lm):
+  """`load_lm` keeps the last model it built: a second call (here with another
+  pad_id) returns a model over the same device arrays, packed copy included, and a
+  tokenizer of its own."""
+  first, tok = pretrained.load_lm(NAME)
+  again, tok_again = pretrained.load_lm(NAME, pad_id=None)
+  assert first.pad_id == 2 and again.pad_id is None
+  assert tok_again is not tok and tok_again.pad_id == tok.pad_id == 2
+  pairs = [(first.params, again.params)]
+  if first.packed is not None:  # packed where the CPU kernels are built
+    pairs.append((first.packed, again.packed))
+  for a, b in pairs:
+    a, b = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    assert len(a) == len(b) > 0 and all(x is y for x, y in zip(a, b))
+
+
 def test_float32_logits_of_a_64_token_prompt_match_transformers(lm, reference):
   model, tok = lm
   tokens = np.asarray([tok.encode(TEXT)[:64]], np.int32)
