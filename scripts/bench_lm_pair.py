@@ -44,6 +44,8 @@ with the target's pad_id), float32, on this machine:
   (Theorem 3.8 with the measured v; the paper's v = 1 beside it), measured /
   predicted, the best gamma per temperature, and at temperature 0 whether every
   speculative decode equals the baseline's token for token;
+* with `--lmp_skip_layers`, the alpha of the target itself with some decoder layers
+  skipped (self-speculative drafts, `llama.Llama.with_layers`);
 * Table 4: expected (Eq. 1 from alpha; Theorem 3.8 from alpha and c, the paper's
   "EXP") against empirical (tokens per iteration; the measured speed-up, "EMP") at
   every gamma.
@@ -131,6 +133,10 @@ _PACKED = flags.DEFINE_bool(
 _SWEEP_DRAFT = flags.DEFINE_enum("lmp_sweep_draft", LOOKUP, [DISTILLED, LOOKUP],
                                  "The draft of the gamma sweep and of c.")
 _SEED = flags.DEFINE_integer("lmp_seed", 0, "Sampling keys.")
+_SKIP = flags.DEFINE_multi_string(
+    "lmp_skip_layers", [], "Also measure alpha for the target with these decoder "
+    "layers skipped (comma-separated indices, e.g. 21,23,25,27; repeat the flag for "
+    "more): self-speculative drafts (`llama.Llama.with_layers`).")
 _JSON = flags.DEFINE_string("lmp_json", "out/bench_lm_pair.json", "JSON output (and .md).")
 
 
@@ -540,6 +546,26 @@ def markdown(result: Mapping[str, Any]) -> str:
 # ------------------------------------------------------------------------------
 # The shipped pair.
 # ------------------------------------------------------------------------------
+def layer_skip_drafts(target, specs: Sequence[str]) -> dict[str, DecodeModel]:
+  """{"skip <layers>": the target without those decoder layers} per spec, a
+  comma-separated list of layer indices (`--lmp_skip_layers`): the self-speculative
+  drafts of Zhang et al. ("Draft & Verify", arXiv:2309.08168), over the target's
+  own arrays. Raises app.UsageError naming a malformed spec."""
+  num_layers = target.config.num_layers
+  drafts = {}
+  for spec in specs:
+    try:
+      skip = sorted({int(i) for i in spec.split(",")})
+    except ValueError:
+      skip = []
+    if not skip or skip[0] < 0 or skip[-1] >= num_layers or len(skip) == num_layers:
+      raise app.UsageError(f"--lmp_skip_layers: {spec!r} must list some but not all "
+                           f"of the layer indices 0..{num_layers - 1}")
+    drafts["skip " + ",".join(map(str, skip))] = target.with_layers(
+        [i for i in range(num_layers) if i not in skip])
+  return drafts
+
+
 def training_prompts(tok, num: int, max_tokens: int) -> tuple[list[str], list[list[int]]]:
   """The first `num` training-side prompts of `specdec.lm_prompts.split` (whose
   evaluation texts never occur in them) of at most `max_tokens` ids with the chat
@@ -585,7 +611,8 @@ def main(argv):
   else:
     corpus = text_corpus(tok, tok.eos_id, exclude=messages)
   drafts = dict(ngram_drafts(corpus, target.vocab_size), **{
-      DISTILLED: draft, LOOKUP: pretrained.with_context_lookup(_PAIR.value, draft)})
+      DISTILLED: draft, LOOKUP: pretrained.with_context_lookup(_PAIR.value, draft)},
+      **layer_skip_drafts(target, _SKIP.value))
   result = run(target, drafts, prompts, tok.eos_id, gammas=gammas, temperatures=temps,
                max_new_tokens=_MAX_NEW.value, repeats=_REPEATS.value,
                batch=_BATCH.value, alpha_gamma=_ALPHA_GAMMA.value,

@@ -257,6 +257,18 @@ def test_text_corpus_leaves_out_the_held_out_texts_and_training_prompts_fit():
   assert not any(t in m for t in evaluation for m in messages)
 
 
+def test_layer_skip_drafts_are_the_target_without_the_named_layers():
+  target = tiny_llama(1, num_layers=4)
+  drafts = bench_lm_pair.layer_skip_drafts(target, ["3,1", "0"])
+  assert list(drafts) == ["skip 1,3", "skip 0"]
+  assert drafts["skip 1,3"].config.num_layers == 2
+  assert drafts["skip 1,3"].params["layers_1"] is target.params["layers_2"]
+  assert drafts["skip 0"].params["layers_0"] is target.params["layers_1"]
+  for bad in ("", "x", "4", "-1", "0,1,2,3"):
+    with pytest.raises(bench_lm_pair.app.UsageError, match="lmp_skip_layers"):
+      bench_lm_pair.layer_skip_drafts(target, [bad])
+
+
 def test_right_pad_and_verify_costs():
   np.testing.assert_array_equal(benchmarking.right_pad([[5, 6], [7]], 2),
                                 [[5, 6], [7, 2]])

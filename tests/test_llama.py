@@ -273,6 +273,38 @@ def test_greedy_speculative_equals_the_targets_greedy_decode():
   assert_greedy_identity(target, draft, x, gamma=3)
 
 
+def test_with_layers_is_the_model_with_the_other_layers_made_identities():
+  """A layer whose attention output and MLP output kernels are zero adds nothing to
+  the residual stream: the full model so silenced at layers 1 and 3 must give the
+  logits of `with_layers([0, 2])`, packed or not, and the layer-skipped model is a
+  draft whose greedy speculative decode is the target's."""
+  target = tiny_model(0, num_layers=4)
+  draft = target.with_layers([0, 2])
+  assert draft.config.num_layers == 2 and draft.pad_id == target.pad_id
+  assert draft.params['layers_1'] is target.params['layers_2']
+  silenced = dict(target.params)
+  for i in (1, 3):
+    layer = jax.tree.map(lambda a: a, target.params[f'layers_{i}'])
+    layer['attention']['out']['kernel'] = jnp.zeros_like(layer['attention']['out']['kernel'])
+    layer['mlp']['wo']['kernel'] = jnp.zeros_like(layer['mlp']['wo']['kernel'])
+    silenced[f'layers_{i}'] = layer
+  x = ragged_inputs(2, 7, target.vocab_size, [7, 7], seed=3)
+  want = np.asarray(target.replace(params=silenced).forward(x))
+  np.testing.assert_allclose(np.asarray(draft.forward(x)), want, atol=1e-5, rtol=0)
+  assert not np.allclose(np.asarray(target.forward(x)), want, atol=1e-3)
+  packed = target.with_packed_weights().with_layers([0, 2])
+  if packed.packed is not None:  # where the CPU kernels are built
+    assert set(packed.packed) == set(draft.with_packed_weights().packed)
+    state = packed.init(x[:, :4], max_length=4)
+    logits, _ = packed.extend(state, x[:, 3:])
+    np.testing.assert_allclose(np.asarray(logits), want[:, 3:], atol=1e-5, rtol=0)
+  assert_greedy_identity(target, draft, ragged_inputs(3, 6, target.vocab_size,
+                                                      [6, 2, 4], seed=8), gamma=3)
+  for bad in ([], [2, 0], [1, 1], [0, 4], [-1, 2]):
+    with pytest.raises(ValueError, match='layers must be strictly increasing'):
+      target.with_layers(bad)
+
+
 # Sequence-level statistics: a tiny vocabulary and few new tokens, so that the
 # target's exact distribution over all V ** NUM_NEW continuations is enumerable.
 STAT_VOCAB, NUM_NEW, NUM_SEQUENCES = 4, 3, 40_000

@@ -812,6 +812,32 @@ class Llama:
       return self
     return self.replace(packed=pack_params(self.config, self.params))
 
+  def with_layers(self, layers: Any) -> 'Llama':
+    """This model with only the decoder layers `layers` (strictly increasing indices
+    in [0, num_layers)), over the same arrays (packed copy included): a
+    self-speculative draft, the target with layers skipped (Zhang et al., "Draft &
+    Verify", arXiv:2309.08168). Embedding, final norm and output layer are kept.
+
+    Raises:
+      ValueError: naming `layers`, when empty, not increasing, or out of range.
+    """
+    keep = [int(i) for i in layers]
+    n = self.config.num_layers
+    if (not keep or any(b <= a for a, b in zip(keep, keep[1:]))
+        or keep[0] < 0 or keep[-1] >= n):
+      raise ValueError(f'layers must be strictly increasing indices in [0, {n}), '
+                       f'got {list(layers)}')
+
+    def select(tree):
+      if tree is None:
+        return None
+      out = {k: v for k, v in tree.items() if not k.startswith('layers_')}
+      out.update({f'layers_{i}': tree[f'layers_{j}'] for i, j in enumerate(keep)})
+      return out
+
+    return self.replace(config=dataclasses.replace(self.config, num_layers=len(keep)),
+                        params=select(self.params), packed=select(self.packed))
+
   def _check_params(self) -> None:
     if not isinstance(self.params, Mapping) or 'token_embedder' not in self.params:
       found = (sorted(self.params) if isinstance(self.params, Mapping)
