@@ -16,6 +16,7 @@ bfloat16 is emulated and slow.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -290,33 +291,34 @@ def load_lm(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
     `tokenizer.eos_id`.
   """
   from specdec import checkpoints_gguf, kernels, tokenizer  # pylint: disable=g-import-not-at-top
-  from specdec.models import llama  # pylint: disable=g-import-not-at-top
   path = lm_path(name)
   reader = checkpoints_gguf.open_gguf(path)
   tok = tokenizer.Tokenizer.from_reader(reader, source=str(path))
   if pad_id == FILE_PAD_ID:
     pad_id = tok.pad_id
   stat = path.stat()
-  key = (str(path), stat.st_size, stat.st_mtime_ns, jnp.dtype(dtype).name,
-         kernels.enabled())
-  model = _LM_CACHE.get(key)
-  if model is None:
-    cfg, params = checkpoints_gguf.load_gguf_reader(reader, dtype=dtype)
-    # On the device once: numpy leaves would be copied in again on every jit call.
-    # On a CPU the weights are also packed for `specdec.kernels` (a second float32
-    # copy), so that a chunk of gamma + 1 tokens costs about one token's step.
-    model = llama.Llama(cfg, jax.device_put(params)).with_packed_weights()
-    _LM_CACHE.clear()  # one model held: a second would pin another copy in memory
-    _LM_CACHE[key] = model
+  model = _lm_model(str(path), stat.st_size, stat.st_mtime_ns, jnp.dtype(dtype).name,
+                    kernels.enabled())
   return model.replace(pad_id=pad_id), tok
 
 
-# The last model `load_lm` built, keyed by its file (path, size, mtime), dtype and
-# whether the kernels packed it: loading the same LM again in one process (`load_pair`
-# after `load_lm`, a benchmark's next row) reuses its device arrays instead of
-# dequantizing and packing every weight again. A `llama.Llama` is immutable, so sharing
-# its arrays is safe; the tokenizer, which has mutable attributes, is built anew.
-_LM_CACHE: dict[tuple, Any] = {}
+@functools.lru_cache(maxsize=1)
+def _lm_model(path: str, size: int, mtime_ns: int, dtype: str, packed: bool):
+  """`load_lm`'s model (no pad_id), kept for the last key: loading the same LM again in
+  one process (`load_pair` after `load_lm`, a benchmark's next row) reuses its device
+  arrays instead of dequantizing and packing every weight again. size and mtime_ns
+  key the file's version, packed whether `specdec.kernels` packs it (both read by
+  the caller). One model is held, so a second does not pin another copy in memory;
+  a `llama.Llama` is immutable, so sharing its arrays is safe (the tokenizer, which
+  has mutable attributes, is built anew by each call)."""
+  del size, mtime_ns, packed  # part of the key only
+  from specdec import checkpoints_gguf  # pylint: disable=g-import-not-at-top
+  from specdec.models import llama  # pylint: disable=g-import-not-at-top
+  cfg, params = checkpoints_gguf.load_gguf(path, dtype=jnp.dtype(dtype))
+  # On the device once: numpy leaves would be copied in again on every jit call.
+  # On a CPU the weights are also packed for `specdec.kernels` (a second float32
+  # copy), so that a chunk of gamma + 1 tokens costs about one token's step.
+  return llama.Llama(cfg, jax.device_put(params)).with_packed_weights()
 
 
 # ------------------------------------------------------------------------------
