@@ -78,6 +78,9 @@ def test_loop_costs_wants_one_row(pair):
                             GREEDY, jax.random.key(0))
 
 
+# Slow (20 s of compiles): the script's pooling over prompts; `loop_costs`, whose
+# rows it pools, is checked in the default suite above.
+@pytest.mark.slow
 def test_the_script_pools_prompts_and_prints_every_row(pair):
   target, draft = pair
   rows = bench_loop.run(target, draft, [PROMPT, PROMPT[:3]], [1, 2], [0.0], 5, 1, 1, 0)

@@ -180,6 +180,9 @@ def test_64_greedy_tokens_equal_transformers_greedy_generate(lm, greedy):
   assert 'robot' in tok.decode(ours).lower()
 
 
+# Slow (10 s): greedy identity with the real target is also checked with a bigram
+# draft (below) and with the shipped Llama draft (test_pretrained_lm_pair.py).
+@pytest.mark.slow
 def test_greedy_speculative_decoding_with_a_random_tiny_llama_draft_equals_greedy(
     lm, ours):
   model, tok = lm
