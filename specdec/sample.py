@@ -4,17 +4,22 @@
 that every output sequence has exactly Mp's distribution (Appendix A.1), taking
 1 to gamma + 1 tokens per iteration. One iteration, per row b, independently:
 
-  1. Draft: gamma autoregressive steps of Mq sample x_1..x_gamma, x_i ~ q_i.
+  1. Draft: the proposer drafts x_1..x_gamma, x_i ~ q_i (`specdec.drafts.Proposer`).
   2. Verify: ONE call of Mp over the gamma + 1 positions [last, x_1..x_gamma] gives
      p_1..p_{gamma+1}.
-  3. Accept: r_i ~ U(0, 1); n = the number of leading i with r_i < p_i(x_i)/q_i(x_i),
-     tested as r_i q_i(x_i) < p_i(x_i) so that nothing is divided.
-  4. Correct: t ~ norm(max(0, p_{n+1} - q_{n+1})) if n < gamma, else t ~ p_{gamma+1}
-     (the same formula with q_{gamma+1} = 0); commit x_1..x_n, t.
+  3. Accept: r_i ~ U(0, 1); n = the number of leading i with r_i < p_i(x_i)/q_i(x_i).
+  4. Correct: t ~ norm(max(0, p_{n+1} - q_{n+1})) if n < gamma, else t ~ p_{gamma+1};
+     commit x_1..x_n, t (steps 3 and 4: `specdec.verify`).
 
 Every random draw is exact to float32 precision for every token, however rare
 (`distributions.sample_categorical`, `distributions.uniform`), so the output law is
 Mp's at any vocabulary size, not Mp's rounded to a 2^-23 grid.
+
+gamma is an int, or an `AutoGamma` rule that picks it before each iteration from a
+static set by Theorem 3.8, from what the decode has seen (`specdec.adaptive`; each
+iteration keeps Algorithm 1's guarantee because the choice depends on the past only).
+The iteration for each gamma of the set is its own branch of a `lax.switch`, so every
+chunk has a static length and a gamma-0 iteration makes no draft call at all.
 
 Lenience (Appendix A.5, opt-in, off by default): with l < 1, step 3 accepts iff
 r_i l q_i(x_i) < p_i(x_i) and step 4 samples norm(max(0, p - l q)); no token then has
@@ -23,45 +28,28 @@ probability above p(x) / l, but the output is no longer Mp's (see `speculative_s
 The whole decode is one `lax.while_loop` inside one `jax.jit`; the draft steps are a
 `lax.scan` inside it. Rows advance independently (each has its own n, position and
 random key) and stop on EOS or `max_new_tokens`; a finished row stops changing.
-
-A draft that reads the target's features (`reads_target_features`, e.g.
-`specdec.models.eagle.FeatureDraft`) gets them from the verification call
-(`extend_with_features`): each iteration re-feeds it every committed token with the
-target's feature of the position before it, so that its cache never keeps its own
-guesses for committed positions (`_draft_with_features`). q is still just a draft
-distribution: the law of the output is Mp's either way.
-
-The draft cache after a full accept: Mq never ran on x_gamma. Rather than spend an
-extra draft call, the next iteration's first draft step feeds a 2-token chunk
-[x_gamma, t]. Shapes are static, so that first step always feeds two tokens; when only
-one is owed ([t]) the second slot is a placeholder whose logits are ignored and which
-is rewound away at once.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-import math
-import numbers
-
-import numpy as np
-
-from specdec.distributions import (SamplingConfig, greedy_tokens, greedy_tokens_checked,
-                                   nonfinite, probabilities, probabilities_checked,
-                                   sample_categorical, uniform)
-from specdec.models.base import DecodeModel, check_token_ids, write_rows
+from specdec import adaptive, drafts, verify
+from specdec._checks import check_common, check_lenience, check_positive_int
+from specdec.adaptive import AutoGamma
+from specdec.distributions import (SamplingConfig, greedy_tokens_checked,
+                                   probabilities_checked, sample_categorical, uniform)
+from specdec.models.base import DecodeModel, write_rows
+# Steps 3 and 4, under the names this module has always offered.
+from specdec.verify import (accepts, beta, greedy_step, lenient_greedy_step,  # noqa: F401
+                            num_accepted, residual, speculative_step)
 
 Array = jax.Array
-
-# A residual max(0, p - q) with less mass than this is numerically empty: the
-# paper's fallback case (p == q up to rounding), sampled from p instead.
-_MIN_RESIDUAL_MASS = float(jnp.finfo(jnp.float32).tiny)
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -73,21 +61,24 @@ class SpeculativeStats:
 
   Attributes:
     iterations: int32[B], iterations the row ran (= target calls).
-    drafted: int32[B], draft tokens proposed (gamma per iteration).
+    drafted: int32[B], draft tokens proposed (the iteration's gamma, summed).
     accepted: int32[B], draft tokens accepted (sum of n). Tokens produced per row are
       accepted + iterations (each iteration adds n + 1).
     beta_sum: float32[B], sum over the row's decoded positions of
       beta = sum_x min(p(x), q(x)) (Corollary 3.6).
     beta_count: int32[B], how many positions `beta_sum` holds.
-    rejected: int32[B], iterations that ended in a rejection (n < gamma); the others
-      accepted all gamma drafts.
+    rejected: int32[B], iterations that ended in a rejection (n < gamma).
     nonfinite: int32[B], positions (draft steps and verified positions) whose logits
       held a NaN or +inf or no finite value (`distributions.nonfinite`). Non-zero
       means a model is broken: such positions are decoded from sanitized logits
       (uniform when nothing is finite), never as NaN.
+    gamma_counts: int32[B, len(gammas)], iterations the row ran with each gamma.
+    alpha_trace: float32[B, max_new_tokens], the online alpha estimate before each of
+      the row's iterations (`adaptive.Estimate`), 0 past its last.
+    gammas: the gammas `gamma_counts` counts (static).
 
   With lenience l < 1, beta is sum_x min(p(x) / l, q(x)) (Appendix A.5) at
-  temperature > 0, and [p(x_i) >= l max p] at temperature 0: alpha_hat estimates the
+  temperature > 0, and [p(x) >= l max p] at temperature 0: alpha_hat estimates the
   lenient acceptance rate.
   """
 
@@ -98,6 +89,9 @@ class SpeculativeStats:
   beta_count: Array
   rejected: Array
   nonfinite: Array
+  gamma_counts: Optional[Array] = None
+  alpha_trace: Optional[Array] = None
+  gammas: tuple[int, ...] = flax.struct.field(pytree_node=False, default=())
 
   @property
   def alpha_hat(self) -> Array:
@@ -111,12 +105,8 @@ class SpeculativeStats:
 
   @property
   def alpha_from_accepts(self) -> Array:
-    """float32[B], alpha from the accept counts alone: accepted / (accepted + rejected).
-
-    The maximum-likelihood estimate when every draft is accepted independently with
-    probability alpha (the paper's simplifying assumption, Definition 3.1): an
-    iteration is a run of successes ended by one failure or by reaching gamma.
-    """
+    """float32[B], accepted / (accepted + rejected): the maximum-likelihood alpha when
+    each draft is accepted independently with probability alpha (Definition 3.1)."""
     return self.accepted / jnp.maximum(self.accepted + self.rejected, 1)
 
 
@@ -162,56 +152,7 @@ class SampleOutput:
     return jnp.sum(self.log_probs, axis=-1)
 
 
-# ------------------------------------------------------------- Algorithm 1, piece by piece
-
-
-def residual(p: Array, q: Array, lenience: float = 1.0) -> Array:
-  """norm(max(0, p - l q)) over the last axis, falling back to p when it has no mass.
-
-  The distribution a rejected position is resampled from (Algorithm 1; with
-  lenience l < 1, Appendix A.5). With q = 0 it is p itself, which is how the
-  all-accepted case samples from p_{gamma+1}. For l < 1 it always has mass
-  (sum(p - l q) = 1 - l > 0), so the fallback is only for l = 1 and p == q.
-  """
-  diff = jnp.maximum(p - _scale(q, lenience), 0.0)
-  mass = jnp.sum(diff, axis=-1, keepdims=True)
-  has_mass = mass > _MIN_RESIDUAL_MASS
-  return jnp.where(has_mass, diff / jnp.where(has_mass, mass, 1.0), p)
-
-
-def accepts(r: Array, p_x: Array, q_x: Array, lenience: float = 1.0) -> Array:
-  """Accept x_i iff r_i < p_i(x_i) / (l q_i(x_i)), computed as r_i l q_i(x_i) < p_i(x_i).
-
-  l = 1 is Algorithm 1; l < 1 is Appendix A.5's lenient test. r must be exact near 0
-  (`distributions.uniform`) for the test to be exact when p(x) << q(x).
-  """
-  return r * _scale(q_x, lenience) < p_x
-
-
-def beta(p: Array, q: Array, lenience: float = 1.0) -> Array:
-  """sum_x min(p(x) / l, q(x)) over the last axis: the chance that x ~ q is accepted
-  (Corollary 3.6; with lenience, Appendix A.5)."""
-  return jnp.sum(jnp.minimum(_scale(p, 1.0 / lenience), q), axis=-1)
-
-
-def _scale(x: Array, factor: float) -> Array:
-  # A static factor of 1 leaves x untouched: l = 1 is bit for bit Algorithm 1.
-  return x if factor == 1.0 else x * factor
-
-
-def num_accepted(accepted: Array) -> Array:
-  """n: the number of leading True values along the last axis. int32[...]."""
-  return jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=-1), axis=-1)
-
-
-def _take(probs: Array, tokens: Array) -> Array:
-  """probs[..., tokens] elementwise: probs [B, k, V], tokens [B, k] -> [B, k]."""
-  return jnp.take_along_axis(probs, tokens[..., None], axis=-1)[..., 0]
-
-
-def _take_position(values: Array, index: Array) -> Array:
-  """values[b, index[b]] for every row: values [B, k, ...], index int32[B]."""
-  return jax.vmap(lambda v, i: v[i])(values, index)
+# ------------------------------------------------------------------------- randomness
 
 
 def _wrap_raw_key(rng: Array) -> Array:
@@ -250,217 +191,54 @@ def _iteration_keys(row_keys: Array, iterations: Array, num: int) -> Array:
       row_keys, iterations)
 
 
-def _draft(draft: DecodeModel, state: Any, pending: Array, num_pending: Array,
-           keys: Array, sampling: SamplingConfig, gamma: int):
-  """Step 1: gamma draft steps.
-
-  The first step feeds the 2-token chunk `pending` of which `num_pending` [B] (1 or
-  2) tokens are real; the logits of the last real one give q_1, and the cache is
-  rewound past the placeholder.
-
-  Returns:
-    x: int32[B, gamma], x_i ~ q_i.
-    q: float32[B, gamma, V], q_1..q_gamma (None at temperature 0, where q_i is
-      one-hot at x_i and the tokens are all the rest needs).
-    bad: int32[B], draft positions with non-finite logits (`nonfinite`).
-    state: the draft's state, holding the chunk's real tokens and x_1..x_{gamma-1}.
-  """
-  start = draft.lengths(state)
-  logits, state = draft.extend(state, pending)
-  state = draft.rewind(state, start + num_pending)
-  logits1 = _take_position(logits, num_pending - 1)
-
-  def step(carry, step_keys):
-    state, x_prev = carry
-    logits, state = draft.extend(state, x_prev[:, None])
-    x, bad, q = _draw(logits[:, 0], step_keys, sampling)
-    return (state, x), (x, q, bad)
-
-  first = _draw(logits1, keys[:, 0], sampling)
-  (state, _), rest = jax.lax.scan(step, (state, first[0]), _step_keys(keys, sampling),
-                                  length=gamma - 1)
-  return (*_drafts(first, rest, sampling), state)
-
-
-def _draw(step_logits: Array, key: Array, sampling: SamplingConfig):
-  """(x, bad, q) at one draft position: q is None at temperature 0, where x is the
-  argmax and the rest needs nothing else."""
-  if sampling.greedy:
-    return *greedy_tokens_checked(step_logits), None
-  q, bad = probabilities_checked(step_logits, sampling)
-  return sample_categorical(key, q), bad, q
-
-
-def _step_keys(keys: Array, sampling: SamplingConfig):
-  """The keys the draft steps after the first scan over ([gamma - 1, B] keys), or
-  None: greedy drafts draw nothing, so no keys are computed."""
-  return None if sampling.greedy else jnp.swapaxes(keys[:, 1:], 0, 1)
-
-
-def _drafts(first, rest, sampling: SamplingConfig):
-  """(x [B, gamma], q [B, gamma, V] or None, bad [B]) from the first step's
-  `_draw` and the scanned steps' (x, q, bad), each [gamma - 1, B, ...]."""
-  x1, bad1, q1 = first
-  xs, qs, bads = rest
-  x = jnp.concatenate([x1[:, None], jnp.swapaxes(xs, 0, 1)], axis=1)
-  bad = bad1.astype(jnp.int32) + jnp.sum(bads, axis=0, dtype=jnp.int32)
-  if sampling.greedy:
-    return x, None, bad
-  return x, jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1), bad
-
-
-def _draft_with_features(draft: Any, state: Any, pending: Array,
-                         pending_features: Array, num_pending: Array, keys: Array,
-                         sampling: SamplingConfig, gamma: int):
-  """Step 1 for a draft that reads the target's features (`reads_target_features`,
-  `specdec.models.eagle`).
-
-  The first step feeds the chunk `pending` [B, gamma + 1] of which `num_pending` [B]
-  (1 to gamma + 1) tokens are real: the tokens committed by the last iteration, each
-  with the target's feature of the position before it (`pending_features`), so that
-  the draft's cache holds the target's features for every committed position. The
-  logits of the last real token give q_1; each later step feeds the drafted token
-  with the draft's own predicted feature. Returns as `_draft`.
-  """
-  start = draft.lengths(state)
-  logits, features, state = draft.extend(state, pending, pending_features)
-  state = draft.rewind(state, start + num_pending)
-  logits1 = _take_position(logits, num_pending - 1)
-  feature1 = _take_position(features, num_pending - 1)
-
-  def step(carry, step_keys):
-    state, x_prev, feature_prev = carry
-    logits, features, state = draft.extend(state, x_prev[:, None],
-                                           feature_prev[:, None])
-    x, bad, q = _draw(logits[:, 0], step_keys, sampling)
-    return (state, x, features[:, 0]), (x, q, bad)
-
-  first = _draw(logits1, keys[:, 0], sampling)
-  (state, _, _), rest = jax.lax.scan(step, (state, first[0], feature1),
-                                     _step_keys(keys, sampling), length=gamma - 1)
-  return (*_drafts(first, rest, sampling), state)
-
-
-def reads_target_features(draft: Any) -> bool:
-  """Whether `draft` is a feature draft (`specdec.models.eagle.FeatureDraft`)."""
-  return bool(getattr(draft, "reads_target_features", False))
-
-
-def speculative_step(p: Array, q: Array, x: Array, r: Array, key: Array,
-                     lenience: float = 1.0):
-  """Steps 3 and 4 of Algorithm 1 for a batch of rows.
-
-  Args:
-    p: float32[B, gamma + 1, V], target distributions p_1..p_{gamma+1}.
-    q: float32[B, gamma, V], draft distributions q_1..q_gamma.
-    x: int32[B, gamma], draft tokens, x_i ~ q_i.
-    r: float32[B, gamma], uniforms r_i ~ U(0, 1), exact near 0 (`uniform`).
-    key: [B] PRNG keys for the corrected token.
-    lenience: l in (0, 1] (static); 1 is Algorithm 1, l < 1 Appendix A.5.
-
-  Returns:
-    n: int32[B], accepted draft tokens (0..gamma).
-    t: int32[B], the token sampled from norm(max(0, p_{n+1} - l q_{n+1})) (or from
-      p_{gamma+1} when n = gamma).
-    beta: float32[B, gamma], sum_x min(p_i / l, q_i) at each drafted position.
-  """
-  gamma = x.shape[1]
-  n = num_accepted(accepts(r, _take(p[:, :gamma], x), _take(q, x), lenience))
-  # q_{gamma+1} = 0: row n of q, zeroed where n = gamma, without padding q.
-  q_n = _take_position(q, jnp.minimum(n, gamma - 1)) * (n < gamma)[:, None]
-  t = sample_categorical(key, residual(_take_position(p, n), q_n, lenience))
-  return n, t, beta(p[:, :gamma], q, lenience)
-
-
-def lenient_greedy_step(logits: Array, x: Array, sampling: SamplingConfig,
-                        lenience: float):
-  """Appendix A.5's temperature-0 variant: accept x_i iff p_i(x_i) >= l max(p_i).
-
-  The paper prints "p(x) <= l * max(p)", which would accept exactly the unlikely
-  tokens; it is read here as p(x) >= l max(p), which at l = 1 accepts the argmax
-  only. p is the target's own distribution at temperature 1 after `sampling`'s top-k
-  and top-p (temperature 0 itself is one-hot and offers no ratio; top-k / top-p are
-  the user's statement of which tokens are allowed at all). The ratio p(x) / max(p)
-  does not depend on that distribution's normalization. A rejected or fully
-  accepted iteration continues with the target's greedy token, as at l = 1.
-
-  Args:
-    logits: [B, gamma + 1, V], the target's verification logits.
-    x: int32[B, gamma], the draft's greedy tokens.
-    sampling: the (greedy) sampling config; its top_k / top_p apply.
-    lenience: l in (0, 1).
-
-  Returns:
-    (n, t, beta) as `greedy_step`, with beta_i = [x_i is accepted].
-  """
-  gamma = x.shape[1]
-  target_tokens = greedy_tokens(logits)
-  clean = probabilities(logits[:, :gamma], SamplingConfig(
-      temperature=1.0, top_k=sampling.top_k, top_p=sampling.top_p))
-  p_x = _take(clean, x)
-  ok = (p_x > 0) & (p_x >= lenience * jnp.max(clean, axis=-1))
-  n = num_accepted(ok)
-  return n, _take_position(target_tokens, n), ok.astype(jnp.float32)
-
-
-def greedy_step(target_tokens: Array, x: Array):
-  """`speculative_step` at temperature 0, on tokens instead of distributions.
-
-  p_i and q_i are one-hot at the target's argmax y_i and at x_i, so x_i is accepted
-  iff x_i = y_i (r_i < p_i(x_i) / q_i(x_i) = 1 or 0), the residual at the first
-  mismatch is one-hot at y_{n+1} (as is p_{gamma+1}), and beta_i = [x_i = y_i]: the
-  same n, t and beta as `speculative_step` on the one-hot distributions, without
-  materializing them over the vocabulary.
-
-  Args:
-    target_tokens: int32[B, gamma + 1], y_1..y_{gamma+1}, the target's greedy tokens.
-    x: int32[B, gamma], the draft's greedy tokens.
-  """
-  gamma = x.shape[1]
-  matches = x == target_tokens[:, :gamma]
-  n = num_accepted(matches)
-  return n, _take_position(target_tokens, n), matches.astype(jnp.float32)
-
-
 # ------------------------------------------------------------------------ the decode loop
+
+
+def _target_init(target, inputs, capacity, with_features: bool):
+  if with_features:
+    return target.init_with_features(inputs, capacity)
+  return target.init(inputs, capacity), None
+
+
+def _target_extend(target, state, chunk, with_features: bool):
+  if with_features:
+    return target.extend_with_features(state, chunk)
+  logits, state = target.extend(state, chunk)
+  return logits, None, state
+
+
+def _pad(x: Array, width: int) -> Array:
+  """x [B, k, ...] zero-padded to [B, width, ...]."""
+  return jnp.pad(x, [(0, 0), (0, width - x.shape[1])] + [(0, 0)] * (x.ndim - 2))
 
 
 @flax.struct.dataclass
 class _SpeculativeState:
-  """The `lax.while_loop` carry of `speculative_sample`.
+  """The `lax.while_loop` carry of `speculative_sample` (G: the largest gamma).
 
   Attributes:
     target_state: Mp's state; holds every committed token but `last`.
-    draft_state: Mq's state; holds every committed token but `pending`'s real ones.
+    proposer_state: the proposer's state (`specdec.drafts`).
     last: int32[B], the newest committed token (fed first at the next verification).
-    pending: int32[B, 2], the draft's next chunk ([x_gamma, t] or [t, placeholder]);
-      for a feature draft int32[B, gamma + 1], every token the last iteration
-      committed ([x_1..x_n, t], then placeholders).
-    pending_features: None, or for a feature draft [B, gamma + 1, d]: the target's
-      feature of the position before each pending token.
-    num_pending: int32[B], real tokens in `pending` (1 or 2; 1 to gamma + 1 for a
-      feature draft).
-    tokens: int32[B, max_new_tokens + gamma + 1], committed tokens; each iteration
-      writes gamma + 1 slots at the row's position, of which n + 1 are real.
-    log_probs: float32[B, max_new_tokens + gamma + 1], log p of each committed token
-      (written as `tokens` is).
+    tokens: int32[B, max_new_tokens + G + 1], committed tokens; each iteration writes
+      G + 1 slots at the row's position, of which n + 1 are real.
+    log_probs: float32[B, max_new_tokens + G + 1], log p of each committed token.
     num_generated: int32[B], committed tokens per row (EOS included, capped at EOS).
     done: bool[B], the row has hit EOS or max_new_tokens.
     row_keys: [B] PRNG keys.
+    estimate: `adaptive.Estimate`, the online alpha estimate.
     stats: `SpeculativeStats`.
   """
 
   target_state: Any
-  draft_state: Any
+  proposer_state: Any
   last: Array
-  pending: Array
-  pending_features: Any
-  num_pending: Array
   tokens: Array
   log_probs: Array
   num_generated: Array
   done: Array
   row_keys: Array
+  estimate: adaptive.Estimate
   stats: SpeculativeStats
 
 
@@ -473,15 +251,6 @@ def _first_eos(chunk: Array, valid: Array, eos_id: Optional[int]) -> Array:
   return jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), k).astype(jnp.int32)
 
 
-# log p below this is reported as log(1e-30): a token the sampling transform rules
-# out is never emitted, but rounding can leave p(t) = 0 for a token it emitted.
-_LOG_FLOOR = 1e-30
-
-
-def _log_probs(probs_at_tokens: Array) -> Array:
-  return jnp.log(jnp.maximum(probs_at_tokens, _LOG_FLOOR))
-
-
 def _finalize(tokens: Array, log_probs: Array, num_generated: Array,
               max_new_tokens: int):
   """Truncate to max_new_tokens and zero everything past each row's length."""
@@ -492,141 +261,113 @@ def _finalize(tokens: Array, log_probs: Array, num_generated: Array,
   return tokens, log_probs, lengths
 
 
+def _rule(gamma: Union[int, AutoGamma]) -> AutoGamma:
+  """A fixed gamma as a rule with one choice."""
+  return gamma if isinstance(gamma, AutoGamma) else AutoGamma(gammas=(gamma,), costs=(1.0,))
+
+
 @functools.partial(jax.jit, static_argnames=("gamma", "max_new_tokens", "sampling",
                                              "eos_id", "lenience"))
 def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampling,
                      eos_id, lenience=1.0):
+  rule = _rule(gamma)
+  big = rule.max_gamma
+  proposer = drafts.as_proposer(draft)
+  features = proposer.reads_target_features
   batch = inputs.shape[0]
-  capacity = max_new_tokens + gamma + 1
-  start = target.start_tokens(inputs)
+  capacity = max_new_tokens + big + 1
   zeros = jnp.zeros((batch,), jnp.int32)
-  with_features = reads_target_features(draft)
-  if with_features:
-    target_state, prompt_features = target.init_with_features(inputs, capacity)
-    draft_state = draft.init(inputs, capacity, prompt_features)
-    pending = jnp.stack([start] * (gamma + 1), axis=1)
-    pending_features = jnp.zeros((batch, gamma + 1, prompt_features.shape[-1]),
-                                 prompt_features.dtype)
-    if inputs.shape[1] > 1:
-      # The start token is fed with the feature of the prompt's last fed position.
-      before = target.lengths(target_state) - 1
-      first = _take_position(prompt_features, jnp.maximum(before, 0))
-      pending_features = pending_features.at[:, 0].set(
-          jnp.where((before >= 0)[:, None], first, 0))
-  else:
-    target_state = target.init(inputs, capacity)
-    draft_state = draft.init(inputs, capacity)
-    pending = jnp.stack([start, start], axis=1)
-    pending_features = None
+  target_state, prompt_features = _target_init(target, inputs, capacity, features)
   state = _SpeculativeState(
       target_state=target_state,
-      draft_state=draft_state,
-      last=start,
-      pending=pending,
-      pending_features=pending_features,
-      num_pending=jnp.ones((batch,), jnp.int32),
+      proposer_state=proposer.start(inputs, capacity, big, rule.gammas[0] == 0,
+                                    prompt_features),
+      last=target.start_tokens(inputs),
       tokens=jnp.zeros((batch, capacity), jnp.int32),
       log_probs=jnp.zeros((batch, capacity), jnp.float32),
       num_generated=zeros,
       done=jnp.zeros((batch,), bool),
       row_keys=_row_keys(rng, batch),
-      stats=SpeculativeStats(iterations=zeros, drafted=zeros, accepted=zeros,
-                             beta_sum=jnp.zeros((batch,), jnp.float32),
-                             beta_count=zeros, rejected=zeros, nonfinite=zeros))
+      estimate=adaptive.Estimate.zeros(batch),
+      stats=SpeculativeStats(
+          iterations=zeros, drafted=zeros, accepted=zeros,
+          beta_sum=jnp.zeros((batch,), jnp.float32), beta_count=zeros, rejected=zeros,
+          nonfinite=zeros, gamma_counts=jnp.zeros((batch, len(rule.gammas)), jnp.int32),
+          alpha_trace=jnp.zeros((batch, max_new_tokens), jnp.float32),
+          gammas=rule.gammas))
+
+  def iteration(gamma: int, s: _SpeculativeState, keys: Array, r, active: Array):
+    """One iteration of Algorithm 1 with a static gamma; outputs padded to G."""
+    x, q, draft_bad, proposer_state = proposer.propose(
+        s.proposer_state, keys[:, :gamma], sampling, gamma)
+    start = target.lengths(s.target_state)
+    logits, chunk_features, target_state = _target_extend(
+        target, s.target_state, jnp.concatenate([s.last[:, None], x], axis=1), features)
+    n, t, betas, p, target_bad = verify.verify(logits, x, q, r, keys[:, big + 1],
+                                                sampling, lenience)
+    # Commit x_1..x_n, t: the chunk's slots past n hold t too and are never read.
+    chunk = jnp.where(jnp.arange(gamma + 1)[None] < n[:, None],
+                      jnp.concatenate([x, x[:, :1]], axis=1), t[:, None])
+    chunk_log_probs = (jnp.zeros(chunk.shape, jnp.float32) if p is None
+                       else verify.log_probs(verify.take(p, chunk)))
+    proposer_state = proposer.commit(proposer_state, chunk, n, gamma, chunk_features,
+                                     active)
+    target_state = target.rewind(target_state, jnp.where(active, start + n + 1, start))
+    observed = jnp.arange(gamma)[None] < jnp.minimum(n + 1, gamma)[:, None]
+    bad = draft_bad + jnp.sum(target_bad, axis=1, dtype=jnp.int32)
+    return (target_state, proposer_state, n, _pad(chunk, big + 1),
+            _pad(chunk_log_probs, big + 1), _pad(betas, big), _pad(observed, big), bad)
 
   def cond_fn(s: _SpeculativeState):
     return jnp.any(~s.done)
 
   def body_fn(s: _SpeculativeState) -> _SpeculativeState:
     active = ~s.done
-    keys = _iteration_keys(s.row_keys, s.stats.iterations, gamma + 2)
-    draft_start = draft.lengths(s.draft_state)
-    target_start = target.lengths(s.target_state)
+    keys = _iteration_keys(s.row_keys, s.stats.iterations, big + 2)
+    r = None if sampling.greedy else jax.vmap(lambda k: uniform(k, (big,)))(keys[:, big])
+    alpha_hat = s.estimate.alpha(rule)
+    branches = [functools.partial(iteration, g) for g in rule.gammas]
+    if len(branches) == 1:
+      index, out = jnp.int32(0), branches[0](s, keys, r, active)
+    else:
+      index = _choose(rule, alpha_hat, active, keys, r)
+      out = jax.lax.switch(index, branches, s, keys, r, active)
+    target_state, proposer_state, n, chunk, chunk_log_probs, betas, observed, bad = out
+    gamma = jnp.asarray(rule.gammas, jnp.int32)[index]
 
-    if with_features:
-      x, q, draft_bad, draft_state = _draft_with_features(
-          draft, s.draft_state, s.pending, s.pending_features, s.num_pending,
-          keys[:, :gamma], sampling, gamma)
-      logits, features, target_state = target.extend_with_features(
-          s.target_state, jnp.concatenate([s.last[:, None], x], axis=1))
-    else:
-      x, q, draft_bad, draft_state = _draft(draft, s.draft_state, s.pending,
-                                            s.num_pending, keys[:, :gamma], sampling,
-                                            gamma)
-      logits, target_state = target.extend(
-          s.target_state, jnp.concatenate([s.last[:, None], x], axis=1))
-    if sampling.greedy and lenience == 1.0:
-      target_tokens, target_bad = greedy_tokens_checked(logits)
-      n, t, betas = greedy_step(target_tokens, x)
-    else:
-      if sampling.greedy:
-        target_bad = nonfinite(logits)
-        n, t, betas = lenient_greedy_step(logits, x, sampling, lenience)
-      else:
-        p, target_bad = probabilities_checked(logits, sampling)
-        r = jax.vmap(lambda k: uniform(k, (gamma,)))(keys[:, gamma])
-        n, t, betas = speculative_step(p, q, x, r, keys[:, gamma + 1], lenience)
-    bad = draft_bad + jnp.sum(target_bad, axis=1, dtype=jnp.int32)
-
-    # Commit x_1..x_n, t: the chunk's slots past n hold t too and are never read.
-    positions = jnp.arange(gamma + 1)
-    chunk = jnp.where(positions[None] < n[:, None],
-                      jnp.concatenate([x, x[:, :1]], axis=1), t[:, None])
-    if sampling.greedy:
-      chunk_log_probs = jnp.zeros(chunk.shape, jnp.float32)
-    else:
-      chunk_log_probs = _log_probs(_take(p, chunk))
-    eos_at = _first_eos(chunk, positions[None] <= n[:, None], eos_id)
+    eos_at = _first_eos(chunk, jnp.arange(big + 1)[None] <= n[:, None], eos_id)
     hit_eos = eos_at <= n
     num_generated = s.num_generated + jnp.where(hit_eos, eos_at, n) + 1
-    full = n == gamma
+    t = verify.take_position(chunk, n)
 
     def keep(new, old):
       return jnp.where(active.reshape(active.shape + (1,) * (new.ndim - 1)), new, old)
 
-    on_path = jnp.arange(gamma)[None] <= n[:, None]
-    stats = SpeculativeStats(
-        iterations=s.stats.iterations + active,
-        drafted=s.stats.drafted + gamma * active,
-        accepted=s.stats.accepted + n * active,
-        beta_sum=s.stats.beta_sum + jnp.sum(jnp.where(on_path, betas, 0.0), axis=1) * active,
-        beta_count=s.stats.beta_count + jnp.minimum(n + 1, gamma) * active,
-        rejected=s.stats.rejected + ((n < gamma) & active).astype(jnp.int32),
-        nonfinite=s.stats.nonfinite + bad * active)
-    # The draft's cache after this iteration holds every committed token but the
-    # ones it is owed (the next `pending`). It was fed the old pending's real tokens
-    # (s.num_pending of them, all committed earlier) and then x_1..x_{gamma-1}, one
-    # per scan step (x_gamma is sampled, never fed). Of those, x_1..x_n are now
-    # committed, but only x_1..x_{min(n, gamma-1)} were fed: so it keeps
-    # draft_start + s.num_pending + min(n, gamma - 1) tokens. On a rejection (n <
-    # gamma) it owes [t]; on a full accept (n = gamma) it owes [x_gamma, t].
-    if with_features:
-      # A feature draft re-feeds every committed token with the target's features:
-      # it keeps the tokens up to `last` only, and owes [x_1..x_n, t] (`chunk`), each
-      # with the target's feature of the position before it (the chunk's features
-      # from `last` on).
-      draft_kept = draft_start + s.num_pending
-      pending = chunk
-      pending_features = keep(features, s.pending_features)
-      num_pending = n + 1
-    else:
-      draft_kept = draft_start + s.num_pending + jnp.minimum(n, gamma - 1)
-      pending = jnp.stack([jnp.where(full, x[:, -1], t), t], axis=1)
-      pending_features = None
-      num_pending = 1 + full.astype(jnp.int32)
+    stats = s.stats
+    slot = jnp.minimum(stats.iterations, max_new_tokens - 1)
+    stats = stats.replace(
+        iterations=stats.iterations + active,
+        drafted=stats.drafted + gamma * active,
+        accepted=stats.accepted + n * active,
+        beta_sum=stats.beta_sum + jnp.sum(jnp.where(observed, betas, 0.0), axis=1) * active,
+        beta_count=stats.beta_count + jnp.sum(observed, axis=1, dtype=jnp.int32) * active,
+        rejected=stats.rejected + ((n < gamma) & active).astype(jnp.int32),
+        nonfinite=stats.nonfinite + bad * active,
+        gamma_counts=stats.gamma_counts + (
+            (jnp.arange(len(rule.gammas)) == index)[None] & active[:, None]),
+        alpha_trace=keep(write_rows(stats.alpha_trace, alpha_hat[:, None], slot),
+                         stats.alpha_trace))
     return _SpeculativeState(
-        target_state=target.rewind(target_state, keep(target_start + n + 1, target_start)),
-        draft_state=draft.rewind(draft_state, keep(draft_kept, draft_start)),
+        target_state=target_state,
+        proposer_state=proposer_state,
         last=keep(t, s.last),
-        pending=keep(pending, s.pending),
-        pending_features=pending_features,
-        num_pending=keep(num_pending, s.num_pending),
         tokens=keep(write_rows(s.tokens, chunk, s.num_generated), s.tokens),
         log_probs=keep(write_rows(s.log_probs, chunk_log_probs, s.num_generated),
                        s.log_probs),
         num_generated=keep(num_generated, s.num_generated),
         done=s.done | hit_eos | (num_generated >= max_new_tokens),
         row_keys=s.row_keys,
+        estimate=s.estimate.update(rule, betas, observed & active[:, None], active),
         stats=stats)
 
   s = jax.lax.while_loop(cond_fn, body_fn, state)
@@ -634,6 +375,13 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
                                          max_new_tokens)
   return SampleOutput(tokens=tokens, lengths=lengths, stats=s.stats,
                       log_probs=log_probs)
+
+
+def _choose(rule: AutoGamma, alpha_hat: Array, active: Array, keys: Array, r) -> Array:
+  """The gamma of this iteration, from the past only (`alpha_hat`): this iteration's
+  `keys` and uniforms `r` are not read, which is what keeps the law exact."""
+  del keys, r
+  return adaptive.choose(rule, alpha_hat, active)
 
 
 @flax.struct.dataclass
@@ -680,7 +428,7 @@ def _autoregressive_jit(target, inputs, rng, *, max_new_tokens, sampling, eos_id
     else:
       p, bad = probabilities_checked(logits[:, 0], sampling)
       t = sample_categorical(keys, p)
-      log_p = _log_probs(_take(p[:, None], t[:, None])[:, 0])
+      log_p = verify.log_probs(verify.take(p[:, None], t[:, None])[:, 0])
     hit_eos = jnp.zeros_like(active) if eos_id is None else t == eos_id
     num_generated = s.num_generated + active
     slot = jnp.minimum(s.num_generated, max_new_tokens - 1)
@@ -709,55 +457,13 @@ def _autoregressive_jit(target, inputs, rng, *, max_new_tokens, sampling, eos_id
 # ------------------------------------------------------------------- public entry points
 
 
-def check_positive_int(name: str, value: Any) -> int:
-  """`value` as an int >= 1 (Python or numpy integer), or an error naming `name`."""
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-    raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-  if value < 1:
-    raise ValueError(f"{name} must be >= 1, got {value}")
-  return int(value)
+def reads_target_features(draft: Any) -> bool:
+  """Whether `draft`'s proposer declares that it reads the target's features."""
+  return drafts.as_proposer(draft).reads_target_features
 
 
-def check_lenience(lenience: Any) -> float:
-  """`lenience` as a float in (0, 1], or a ValueError naming it (Appendix A.5)."""
-  if (isinstance(lenience, (bool, np.bool_)) or not isinstance(lenience, numbers.Real)
-      or math.isnan(lenience) or not 0.0 < lenience <= 1.0):
-    raise ValueError(f"lenience must be a number in (0, 1] (1: exact Algorithm 1), "
-                     f"got {lenience!r}")
-  return float(lenience)
-
-
-def _check_common(model: DecodeModel, name: str, inputs: Any, max_new_tokens: Any,
-                  sampling: Any, eos_id: Any) -> None:
-  if not isinstance(model, DecodeModel):
-    raise TypeError(f"{name} must implement specdec.models.DecodeModel, got "
-                    f"{type(model).__name__}")
-  check_positive_int("max_new_tokens", max_new_tokens)
-  if not isinstance(sampling, SamplingConfig):
-    raise TypeError(f"sampling must be a specdec.SamplingConfig, got "
-                    f"{type(sampling).__name__}")
-  sampling.validate_vocab(model.vocab_size)
-  shape, dtype = getattr(inputs, "shape", None), getattr(inputs, "dtype", None)
-  if shape is None or dtype is None:
-    raise TypeError(f"inputs must be an integer array [B, S], got {type(inputs).__name__}")
-  if len(shape) != 2:
-    raise ValueError(f"inputs must have rank 2 [B, S], got shape {tuple(shape)}")
-  if not jnp.issubdtype(dtype, jnp.integer):
-    raise TypeError(f"inputs must have an integer dtype, got {dtype}")
-  if shape[0] < 1 or shape[1] < 1:
-    raise ValueError(f"inputs must be non-empty, got shape {tuple(shape)}")
-  # Concrete ids are checked here, before the models are traced (inside the decode's
-  # jit they cannot raise, and clip instead).
-  check_token_ids("inputs", inputs, model.vocab_size)
-  if eos_id is not None:
-    if isinstance(eos_id, (bool, np.bool_)) or not isinstance(eos_id, numbers.Integral):
-      raise TypeError(f"eos_id must be an int or None, got {eos_id!r}")
-    if not 0 <= eos_id < model.vocab_size:
-      raise ValueError(f"eos_id must be in [0, {model.vocab_size}), got {eos_id}")
-
-
-def speculative_sample(target: DecodeModel, draft: DecodeModel, inputs: Array,
-                       rng: Array, *, gamma: int, max_new_tokens: int,
+def speculative_sample(target: DecodeModel, draft: Any, inputs: Array,
+                       rng: Array, *, gamma: Union[int, AutoGamma], max_new_tokens: int,
                        sampling: SamplingConfig = SamplingConfig(),
                        eos_id: Optional[int] = None,
                        lenience: float = 1.0) -> SampleOutput:
@@ -770,12 +476,16 @@ def speculative_sample(target: DecodeModel, draft: DecodeModel, inputs: Array,
 
   Args:
     target: Mp, a `DecodeModel`.
-    draft: Mq, a `DecodeModel` with the same vocabulary.
+    draft: Mq: a `DecodeModel` with the same vocabulary, a feature draft, or any
+      `specdec.drafts.Proposer`.
     inputs: int[B, S], whatever both models' `init` takes (T5: encoder tokens; a
       causal LM: prompts). Both models are fed the target's `start_tokens`.
     rng: one PRNG key (split per row by folding in the row index) or one key per row
-      [B]; row b's output depends on its inputs and its own key only.
-    gamma: draft tokens per iteration, >= 1.
+      [B]; with a fixed gamma, row b's output depends on its inputs and its own key
+      only.
+    gamma: draft tokens per iteration, an int >= 1; or an `AutoGamma` rule choosing it
+      before each iteration (`specdec.adaptive`; exact too: the choice depends on the
+      past only).
     max_new_tokens: generated tokens per row at most, >= 1.
     sampling: temperature / top-k / top-p, applied identically to p and q.
     eos_id: a token that ends a row (kept in the output), or None.
@@ -785,32 +495,26 @@ def speculative_sample(target: DecodeModel, draft: DecodeModel, inputs: Array,
       so that no token is emitted with probability above p(x) / l (and there is no
       lower bound: tokens the draft under-proposes can lose probability, so
       diversity can drop); at temperature 0 a draft token is accepted iff
-      p(x) >= l max(p) (`lenient_greedy_step`). The acceptance rate rises to
+      p(x) >= l max(p) (`verify.lenient_greedy_step`). The acceptance rate rises to
       alpha_l = E[sum_x min(p(x) / l, q(x))] (`theory.acceptance`).
 
   Returns:
     `SampleOutput` with tokens int32[B, max_new_tokens], lengths int32[B],
     `SpeculativeStats` and log_probs. Both models are asked for max_new_tokens +
-    gamma + 1 positions beyond their inputs.
+    G + 1 positions beyond their inputs (G: the largest gamma).
   """
-  gamma = check_positive_int("gamma", gamma)
+  if not isinstance(gamma, AutoGamma):
+    gamma = check_positive_int("gamma", gamma)
   lenience = check_lenience(lenience)
-  _check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
-  _check_common(draft, "draft", inputs, max_new_tokens, sampling, eos_id)
-  if target.vocab_size != draft.vocab_size:
+  check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
+  proposer = drafts.as_proposer(draft)
+  if proposer.vocab_size != target.vocab_size:
     raise ValueError(f"vocab_size of target ({target.vocab_size}) and draft "
-                     f"({draft.vocab_size}) differ: Algorithm 1 compares p and q "
+                     f"({proposer.vocab_size}) differ: Algorithm 1 compares p and q "
                      "token by token")
-  if reads_target_features(draft):
-    missing = [m for m in ("init_with_features", "extend_with_features")
-               if not callable(getattr(target, m, None))]
-    if missing:
-      raise TypeError(f"draft reads the target's features, but target "
-                      f"({type(target).__name__}) has no {' / '.join(missing)}")
-    if getattr(target, "feature_size", None) != draft.feature_size:
-      raise ValueError(f"feature_size of target ({getattr(target, 'feature_size', None)}) "
-                       f"and draft ({draft.feature_size}) differ: the draft reads the "
-                       "target's features")
+  if isinstance(draft, DecodeModel):
+    check_common(draft, "draft", inputs, max_new_tokens, sampling, eos_id)
+  drafts.check_target(proposer, target)
   return _speculative_jit(target, draft, inputs, rng, gamma=gamma,
                           max_new_tokens=int(max_new_tokens),
                           sampling=sampling.normalized(target.vocab_size),
@@ -828,7 +532,7 @@ def autoregressive_sample(target: DecodeModel, inputs: Array, rng: Array, *,
   at temperature 0 this is greedy decoding, the reference the speculative decode must
   equal token for token.
   """
-  _check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
+  check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
   return _autoregressive_jit(target, inputs, rng, max_new_tokens=int(max_new_tokens),
                              sampling=sampling.normalized(target.vocab_size),
                              eos_id=None if eos_id is None else int(eos_id))

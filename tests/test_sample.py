@@ -17,6 +17,7 @@ from scipy import stats as scipy_stats
 
 import specdec
 from specdec import sample as sample_lib
+from specdec import verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
 
 # Chi-square tests reject at p < 1e-3: a false-alarm rate of 0.1% per test.
@@ -231,7 +232,7 @@ def test_negative_control_accepting_every_draft_is_detected(monkeypatch):
   sampling, gamma, eos_id = SEQUENCE_CASES["temperature_1"]
   target_table, draft_table = toy_tables(seed=7)
   dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, eos_id)
-  monkeypatch.setattr(sample_lib, "accepts",
+  monkeypatch.setattr(verify_lib, "accepts",
                       lambda r, p_x, q_x, lenience=1.0: jnp.ones_like(r, bool))
   jax.clear_caches()
   try:

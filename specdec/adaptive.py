@@ -1,0 +1,252 @@
+"""Gamma chosen each iteration by Section 3's rule, from measured costs (AutoGamma).
+
+Leviathan et al. (2023), Section 3: an iteration that drafts gamma tokens yields
+E(alpha, gamma) = (1 - alpha^(gamma+1)) / (1 - alpha) tokens in expectation (Eq. 1) and
+costs gamma c + v(gamma + 1) target steps (Theorem 3.8, with v the measured cost of
+verifying gamma + 1 positions; v = 1 on the paper's premise). `AutoGamma` applies that
+rule online, inside the compiled loop: before each iteration it picks, from a static
+set of gammas (0 = one plain target step, no draft call),
+
+    argmax_gamma  sum over active rows b of E(alpha_hat_b, gamma) / (gamma c + v(gamma + 1))
+
+-- one chunk length per target call, the expected tokens per unit of time of the whole
+batch. alpha_hat_b is a per-row estimate of the acceptance rate with a prior and
+forgetting (`estimate`): beta_i = sum_x min(p_i(x), q_i(x)) (Corollary 3.6; at
+temperature 0, [x_i = argmax p_i]) of the positions each iteration verified, weighted
+by decay^age in iterations, shrunk toward `prior` with `prior_weight` pseudo-positions:
+
+    alpha_hat = (prior_weight * prior + S) / (prior_weight + N),
+    S <- decay * S + sum of new betas,   N <- decay * N + their count.
+
+Forgetting lets the estimate follow a prompt whose predictability changes; and since
+an iteration with gamma 0 observes nothing, S and N keep decaying, alpha_hat returns
+toward the prior, and the rule probes the draft again when the prior says it might
+pay (after about log(1/2) / log(decay) iterations the data count half).
+
+Exactness. The gamma of iteration j is a function of alpha_hat, i.e. of betas computed
+in iterations before j, so it is fixed before iteration j's random draws (its keys are
+fresh: the row key folded with j). Conditioned on the past, iteration j is Algorithm 1
+with a fixed gamma, which emits Mp's law (Appendix A.1); by the chain rule, so is the
+whole sequence. (Within a batch, the choice depends on other rows' pasts too, which
+are independent of this row's new draws: the same argument holds; a row's tokens can
+then depend on its batch, its law cannot.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+from typing import Any, Optional, Sequence
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+DEFAULT_GAMMAS = (0, 1, 2, 3, 4, 6, 8)
+
+
+def _check_real(name: str, value: Any, low: float, high: float, *, low_open=False,
+                high_open=False) -> float:
+  if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)
+      or math.isnan(value)):
+    raise ValueError(f"{name} must be a number, got {value!r}")
+  value = float(value)
+  if (value < low or value > high or (low_open and value == low)
+      or (high_open and value == high)):
+    lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
+    raise ValueError(f"{name} must be in {lo}{low}, {high}{hi}, got {value!r}")
+  return value
+
+
+@dataclasses.dataclass(frozen=True)
+class StepCosts:
+  """Measured costs of one pair at one batch size, in target steps (t_p(1) = 1).
+
+  Attributes:
+    c: t_q / t_p(1), one draft step.
+    v: ((k, t_p(k) / t_p(1)), ...): verifying k positions in one call.
+    batch: the batch size they were measured at.
+    device: where (`jax.devices()[0].device_kind`), for the record.
+  """
+
+  c: float
+  v: tuple[tuple[int, float], ...]
+  batch: int = 1
+  device: str = ""
+
+  def __post_init__(self):
+    _check_real("c", self.c, 0.0, math.inf, high_open=True)
+    pairs = tuple((int(k), _check_real(f"v({k})", x, 0.0, math.inf, low_open=True,
+                                        high_open=True)) for k, x in self.v)
+    object.__setattr__(self, "c", float(self.c))
+    object.__setattr__(self, "v", tuple(sorted(pairs)))
+
+  def v_of(self, k: int) -> float:
+    """v(k); v(1) = 1 by definition; else measured, linearly interpolated."""
+    if k == 1:
+      return 1.0
+    ks = [1] + [a for a, _ in self.v if a != 1]
+    vs = [1.0] + [b for a, b in self.v if a != 1]
+    if k > ks[-1]:
+      raise ValueError(f"v({k}) was not measured (largest k: {ks[-1]})")
+    return float(np.interp(k, ks, vs))
+
+  def to_json(self) -> str:
+    return json.dumps(dict(c=self.c, v={str(k): x for k, x in self.v}, batch=self.batch,
+                           device=self.device), indent=2)
+
+  @classmethod
+  def from_json(cls, text: str) -> "StepCosts":
+    d = json.loads(text)
+    return cls(c=d["c"], v=tuple((int(k), x) for k, x in d["v"].items()),
+               batch=d.get("batch", 1), device=d.get("device", ""))
+
+  def save(self, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(self.to_json() + "\n")
+
+  @classmethod
+  def load(cls, path: str) -> "StepCosts":
+    with open(path, encoding="utf-8") as f:
+      return cls.from_json(f.read())
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoGamma:
+  """gamma per iteration by Theorem 3.8's rule (frozen, hashable: a static argument).
+
+  Attributes:
+    gammas: the static set to choose from, increasing, each >= 0 (0: no draft call).
+    costs: per gamma, the cost of its iteration in target steps, gamma c + v(gamma+1)
+      (`from_costs` builds it; 1 for gamma 0).
+    prior: alpha assumed before anything is seen, in [0, 1].
+    prior_weight: how many positions the prior counts for, > 0.
+    decay: forgetting per iteration, in (0, 1].
+  """
+
+  gammas: tuple[int, ...]
+  costs: tuple[float, ...]
+  prior: float = 0.6
+  prior_weight: float = 4.0
+  decay: float = 0.9
+
+  def __post_init__(self):
+    gammas = tuple(self.gammas)
+    if not gammas or any(isinstance(g, bool) or not isinstance(g, numbers.Integral)
+                         or g < 0 for g in gammas) or list(gammas) != sorted(set(gammas)):
+      raise ValueError(f"gammas must be distinct increasing ints >= 0, got {self.gammas!r}")
+    if len(self.costs) != len(gammas):
+      raise ValueError(f"costs must have one entry per gamma ({len(gammas)}), got "
+                       f"{len(self.costs)}")
+    costs = tuple(_check_real(f"costs[{i}]", x, 0.0, math.inf, low_open=True,
+                              high_open=True) for i, x in enumerate(self.costs))
+    object.__setattr__(self, "gammas", tuple(int(g) for g in gammas))
+    object.__setattr__(self, "costs", costs)
+    object.__setattr__(self, "prior", _check_real("prior", self.prior, 0.0, 1.0))
+    object.__setattr__(self, "prior_weight", _check_real(
+        "prior_weight", self.prior_weight, 0.0, math.inf, low_open=True, high_open=True))
+    object.__setattr__(self, "decay", _check_real("decay", self.decay, 0.0, 1.0,
+                                                  low_open=True))
+
+  @classmethod
+  def from_costs(cls, costs: StepCosts, gammas: Sequence[int] = DEFAULT_GAMMAS,
+                 **kwargs) -> "AutoGamma":
+    """The rule for measured (or given) costs: gamma c + v(gamma + 1) per gamma."""
+    return cls(gammas=tuple(gammas),
+               costs=tuple(g * costs.c + costs.v_of(g + 1) for g in gammas), **kwargs)
+
+  @classmethod
+  def from_c(cls, c: float, gammas: Sequence[int] = DEFAULT_GAMMAS, v: float = 1.0,
+             **kwargs) -> "AutoGamma":
+    """The paper's premise: verification costs v (1: one target step) for any gamma;
+    c e.g. from parameter counts (Section 3.5)."""
+    c = _check_real("c", c, 0.0, math.inf, high_open=True)
+    v = _check_real("v", v, 0.0, math.inf, low_open=True, high_open=True)
+    return cls(gammas=tuple(gammas), costs=tuple(1.0 if g == 0 else g * c + v
+                                                 for g in gammas), **kwargs)
+
+  @property
+  def max_gamma(self) -> int:
+    return self.gammas[-1]
+
+  def predicted_speedup(self, alpha: float, gamma: int) -> float:
+    """Theorem 3.8 with this rule's costs, for one gamma of the set."""
+    cost = self.costs[self.gammas.index(gamma)]
+    return float(expected_tokens(jnp.float32(alpha), gamma) / cost)
+
+
+def expected_tokens(alpha: Array, gamma: int) -> Array:
+  """Equation 1, sum_{i=0..gamma} alpha^i (exact at alpha = 1), elementwise."""
+  return sum(alpha ** i for i in range(gamma + 1)) if gamma else jnp.ones_like(alpha)
+
+
+@flax.struct.dataclass
+class Estimate:
+  """The online acceptance estimate, per row: decayed sums of betas and counts.
+
+  Attributes:
+    beta_sum: float32[B].
+    count: float32[B].
+  """
+
+  beta_sum: Array
+  count: Array
+
+  @classmethod
+  def zeros(cls, batch: int) -> "Estimate":
+    return cls(jnp.zeros((batch,), jnp.float32), jnp.zeros((batch,), jnp.float32))
+
+  def alpha(self, rule: AutoGamma) -> Array:
+    """float32[B], alpha_hat: the decayed mean of beta, shrunk toward the prior."""
+    return ((rule.prior_weight * rule.prior + self.beta_sum)
+            / (rule.prior_weight + self.count))
+
+  def update(self, rule: AutoGamma, betas: Array, observed: Array, active: Array
+             ) -> "Estimate":
+    """One iteration: betas float32[B, k] of which `observed` bool[B, k] count."""
+    decay = jnp.where(active, rule.decay, 1.0)
+    return Estimate(
+        beta_sum=decay * self.beta_sum + jnp.sum(jnp.where(observed, betas, 0.0), axis=1),
+        count=decay * self.count + jnp.sum(observed, axis=1, dtype=jnp.float32))
+
+
+def choose(rule: AutoGamma, alpha_hat: Array, active: Array) -> Array:
+  """int32 index into `rule.gammas` maximizing the batch's expected tokens per unit of
+  time, sum_b E(alpha_hat_b, gamma) / cost(gamma) over active rows (Theorem 3.8)."""
+  alpha = jnp.clip(alpha_hat, 0.0, 1.0)
+  rates = jnp.stack([jnp.sum(jnp.where(active, expected_tokens(alpha, g), 0.0)) / cost
+                     for g, cost in zip(rule.gammas, rule.costs)])
+  return jnp.argmax(rates).astype(jnp.int32)
+
+
+def calibrate(target: Any, draft: Any, inputs: Array, gammas: Sequence[int] = DEFAULT_GAMMAS,
+              max_length: int = 64, repeats: int = 3, steps: int = 16,
+              rounds: int = 3) -> StepCosts:
+  """Measures c and v(gamma + 1) for `gammas` on this pair at this batch size.
+
+  Each is one `extend` on a primed cache, timed inside a compiled loop, minimum over
+  rounds, all measured in turn in each round (`specdec.bench.measure.step_costs`, the
+  benchmarks' own timing). Store the result with `StepCosts.save`.
+  """
+  from specdec.bench import measure  # pylint: disable=import-outside-toplevel
+  ks = sorted({g + 1 for g in gammas if g > 0})
+  c_values, v = [], []
+  for k in ks:
+    r = measure.step_costs(target, draft, inputs, k - 1, max_length, repeats=repeats,
+                           steps=steps, rounds=rounds)
+    c_values.append(r["c"])
+    v.append((k, r["v"]))
+  return StepCosts(c=float(np.median(c_values)) if c_values else 0.0, v=tuple(v),
+                   batch=int(inputs.shape[0]), device=jax.devices()[0].device_kind)
+
+
+def auto_gamma(costs: Optional[StepCosts] = None, **kwargs) -> AutoGamma:
+  """`AutoGamma.from_costs(costs)`, or the paper's premise (v = 1, c = 0.05) if None."""
+  if costs is None:
+    return AutoGamma.from_c(0.05, **kwargs)
+  return AutoGamma.from_costs(costs, **kwargs)

@@ -1,0 +1,237 @@
+"""The `Proposer` protocol: step 1 of Algorithm 1, plugged into the decode loop.
+
+A proposer drafts x_1..x_gamma with their distributions q_1..q_gamma (Leviathan et
+al., 2023, Algorithm 1, step 1) and, after the target's verification, learns which
+tokens were committed. The loop (`specdec.sample`) calls nothing else of it, so every
+kind of draft -- a small model, a model mixed with context lookup, a shortlist head, a
+layer-skipped target, a draft that reads the target's features -- is plugged in, not
+branched on. Algorithm 1 is lossless for any q (Appendix A.1): what a proposer does
+with its state cannot change the law of the output, only the acceptance rate.
+
+Optional capabilities are declared, not guessed: a proposer with
+`reads_target_features = True` is given the target's features (its last hidden
+states) of the prompt and of every verified position, and the target must then
+implement `FeatureModel` (`check_target` raises a `TypeError` naming what is missing).
+
+`ModelProposer` wraps any `DecodeModel` (what `speculative_sample` does with a plain
+draft model); `specdec.drafts.feature.FeatureProposer` drives a feature draft.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol, runtime_checkable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from specdec.distributions import (SamplingConfig, greedy_tokens_checked,
+                                   probabilities_checked, sample_categorical)
+from specdec.models.base import DecodeModel
+from specdec.verify import take_position
+
+Array = jax.Array
+
+
+@runtime_checkable
+class Proposer(Protocol):
+  """What the decode loop needs of a draft (step 1 of Algorithm 1).
+
+  Attributes:
+    vocab_size: V, as the target's.
+    reads_target_features: whether `start` and `commit` want the target's features.
+  """
+
+  vocab_size: int
+  reads_target_features: bool
+
+  def start(self, inputs: Array, capacity: int, max_gamma: int, zero_gamma: bool,
+            target_features: Optional[Array]) -> Any:
+    """The proposer's state for a decode of `inputs` [B, S] that commits at most
+    `capacity` tokens, drafting up to `max_gamma` per iteration (and skipping
+    iterations when `zero_gamma`). `target_features` [B, S - 1, d] or None."""
+    ...
+
+  def propose(self, state: Any, keys: Array, sampling: SamplingConfig, gamma: int):
+    """Drafts gamma (static, >= 0) tokens per row with `keys` [B, gamma].
+
+    Returns (x int32[B, gamma], q float32[B, gamma, V] or None at temperature 0, bad
+    int32[B] positions with non-finite logits, state)."""
+    ...
+
+  def commit(self, state: Any, chunk: Array, n: Array, gamma: int,
+             features: Optional[Array], active: Array) -> Any:
+    """After verification: row b committed chunk[b, :n[b] + 1] ([x_1..x_n, t]);
+    `features` [B, gamma + 1, d] are the target's at the verified positions (None
+    unless `reads_target_features`); rows not `active` must not change."""
+    ...
+
+
+@runtime_checkable
+class FeatureModel(Protocol):
+  """A target that gives its features to a proposer that reads them."""
+
+  feature_size: int
+
+  def init_with_features(self, inputs: Array, max_length: int) -> tuple[Any, Array]:
+    ...
+
+  def extend_with_features(self, state: Any, tokens: Array) -> tuple[Array, Array, Any]:
+    ...
+
+
+def check_target(proposer: Proposer, target: Any) -> None:
+  """Raises unless `target` offers what `proposer` declares it reads."""
+  if not proposer.reads_target_features:
+    return
+  missing = [m for m in ("init_with_features", "extend_with_features")
+             if not callable(getattr(target, m, None))]
+  if missing:
+    raise TypeError(f"draft reads the target's features, but target "
+                    f"({type(target).__name__}) has no {' / '.join(missing)}")
+  if getattr(target, "feature_size", None) != proposer.feature_size:
+    raise ValueError(f"feature_size of target ({getattr(target, 'feature_size', None)}) "
+                     f"and draft ({proposer.feature_size}) differ: the draft reads the "
+                     "target's features")
+
+
+def draw(step_logits: Array, key: Array, sampling: SamplingConfig):
+  """(x, bad, q) at one draft position; q is None at temperature 0, where x is the
+  argmax and nothing else is needed."""
+  if sampling.greedy:
+    return *greedy_tokens_checked(step_logits), None
+  q, bad = probabilities_checked(step_logits, sampling)
+  return sample_categorical(key, q), bad, q
+
+
+def step_keys(keys: Array, sampling: SamplingConfig):
+  """The keys of draft steps 2..gamma ([gamma - 1, B]), or None when greedy."""
+  return None if sampling.greedy else jnp.swapaxes(keys[:, 1:], 0, 1)
+
+
+def stack_drafts(first, rest, sampling: SamplingConfig):
+  """(x [B, gamma], q [B, gamma, V] or None, bad [B]) from the first step's `draw`
+  and the scanned steps' (x, q, bad), each [gamma - 1, B, ...]."""
+  x1, bad1, q1 = first
+  xs, qs, bads = rest
+  x = jnp.concatenate([x1[:, None], jnp.swapaxes(xs, 0, 1)], axis=1)
+  bad = bad1.astype(jnp.int32) + jnp.sum(bads, axis=0, dtype=jnp.int32)
+  if sampling.greedy:
+    return x, None, bad
+  return x, jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1), bad
+
+
+def no_drafts(batch: int, vocab_size: int, sampling: SamplingConfig):
+  """What `propose` returns for gamma = 0: nothing drafted."""
+  q = None if sampling.greedy else jnp.zeros((batch, 0, vocab_size), jnp.float32)
+  return jnp.zeros((batch, 0), jnp.int32), q, jnp.zeros((batch,), jnp.int32)
+
+
+def _mask(active: Array, new: Any, old: Any) -> Any:
+  """`new` in active rows, `old` elsewhere, leaf by leaf (leading axis B)."""
+  return jax.tree.map(
+      lambda a, b: jnp.where(active.reshape(active.shape + (1,) * (a.ndim - 1)), a, b),
+      new, old)
+
+
+@flax.struct.dataclass
+class ModelProposerState:
+  """Attributes:
+    draft_state: Mq's state; holds every committed token but the pending ones.
+    pending: int32[B, W], tokens committed but not yet fed to Mq, then placeholders.
+    num_pending: int32[B], real tokens in `pending` (1 to W).
+    start: int32[B], Mq's length when the current iteration began.
+  """
+
+  draft_state: Any
+  pending: Array
+  num_pending: Array
+  start: Array
+
+
+@flax.struct.dataclass
+class ModelProposer:
+  """Any `DecodeModel` as a proposer: gamma autoregressive steps of Mq per iteration.
+
+  Mq never runs on x_gamma, nor on the target's token t: both are owed to it and fed
+  together with the next iteration's first draft step, as one chunk `pending` (no
+  extra draft call). Shapes are static, so that first step always feeds W tokens, of
+  which 1 to W are real; the cache is rewound past the placeholders at once. W is 2
+  ([x_gamma, t] or [t]) unless some iterations skip the draft (gamma 0): each such
+  iteration adds its t to `pending`, which is fed when it is full (W = 4).
+  """
+
+  draft: DecodeModel
+  reads_target_features = False
+
+  @property
+  def vocab_size(self) -> int:
+    return self.draft.vocab_size
+
+  def start(self, inputs, capacity, max_gamma, zero_gamma, target_features=None):
+    width = 4 if zero_gamma else 2
+    start = self.draft.start_tokens(inputs)
+    return ModelProposerState(
+        draft_state=self.draft.init(inputs, capacity + width - 2),
+        pending=jnp.tile(start[:, None], (1, width)),
+        num_pending=jnp.ones_like(start),
+        start=jnp.zeros_like(start))
+
+  def propose(self, state, keys, sampling, gamma):
+    draft = self.draft
+    start = draft.lengths(state.draft_state)
+    if gamma == 0:
+      return (*no_drafts(start.shape[0], self.vocab_size, sampling),
+              state.replace(start=start))
+    logits, draft_state = draft.extend(state.draft_state, state.pending)
+    draft_state = draft.rewind(draft_state, start + state.num_pending)
+    logits1 = take_position(logits, state.num_pending - 1)
+
+    def step(carry, step_key):
+      draft_state, x_prev = carry
+      logits, draft_state = draft.extend(draft_state, x_prev[:, None])
+      x, bad, q = draw(logits[:, 0], step_key, sampling)
+      return (draft_state, x), (x, q, bad)
+
+    first = draw(logits1, keys[:, 0], sampling)
+    (draft_state, _), rest = jax.lax.scan(step, (draft_state, first[0]),
+                                          step_keys(keys, sampling), length=gamma - 1)
+    x, q, bad = stack_drafts(first, rest, sampling)
+    return x, q, bad, state.replace(draft_state=draft_state, start=start)
+
+  def commit(self, state, chunk, n, gamma, features, active):
+    t = jnp.take_along_axis(chunk, n[:, None], axis=1)[:, 0]
+    width = state.pending.shape[1]
+    if gamma == 0:
+      return self._owe(state, t, active)
+    # Mq was fed the old pending's real tokens and x_1..x_{gamma-1}; of those, x_1..x_n
+    # are committed but only x_1..x_{min(n, gamma-1)} were fed. It owes [t] after a
+    # rejection (n < gamma) and [x_gamma, t] after a full accept.
+    full = n == gamma
+    kept = state.start + state.num_pending + jnp.minimum(n, gamma - 1)
+    first = jnp.where(full, chunk[:, gamma - 1], t)
+    pending = jnp.concatenate([first[:, None], jnp.tile(t[:, None], (1, width - 1))],
+                              axis=1)
+    new = state.replace(
+        draft_state=self.draft.rewind(state.draft_state,
+                                      jnp.where(active, kept, state.start)),
+        pending=pending, num_pending=1 + full.astype(jnp.int32))
+    return new.replace(pending=_mask(active, new.pending, state.pending),
+                       num_pending=_mask(active, new.num_pending, state.num_pending))
+
+  def _owe(self, state, t, active):
+    """An iteration without drafts: t joins `pending`; a full `pending` is fed first."""
+    width = state.pending.shape[1]
+
+    def feed(state):
+      start = self.draft.lengths(state.draft_state)
+      _, draft_state = self.draft.extend(state.draft_state, state.pending)
+      kept = jnp.where(active, start + state.num_pending, start)
+      return state.replace(draft_state=self.draft.rewind(draft_state, kept),
+                           num_pending=jnp.where(active, 0, state.num_pending))
+
+    full = jnp.any(active & (state.num_pending >= width))
+    state = jax.lax.cond(full, feed, lambda s: s, state)
+    slot = jnp.arange(width)[None] == state.num_pending[:, None]
+    pending = jnp.where(slot & active[:, None], t[:, None], state.pending)
+    return state.replace(pending=pending, num_pending=state.num_pending + active)
