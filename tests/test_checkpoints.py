@@ -243,3 +243,20 @@ def test_hf_written_file_is_what_transformers_expects(tmp_path, cfg_params):
   config = json.loads((tmp_path / 'config.json').read_text())
   assert config['feed_forward_proj'] == ('relu' if cfg.logits_via_embedding
                                          else 'gated-gelu')
+
+
+def test_the_old_module_names_are_aliases_of_specdec_io():
+  """`specdec.checkpoints`, `specdec.checkpoints_gguf` and `specdec.tokenizer` keep
+  every public name of the modules that moved to `specdec.io`, as the same objects."""
+  # pylint: disable=g-import-not-at-top
+  from specdec import checkpoints_gguf, io, tokenizer
+  from specdec.io import gguf, hf, t5x
+  from specdec.io import tokenizer as io_tokenizer
+  # pylint: enable=g-import-not-at-top
+  for alias, modules in ((checkpoints, (t5x, hf)), (checkpoints_gguf, (gguf,)),
+                         (tokenizer, (io_tokenizer,))):
+    for module in modules:
+      for name in module.__all__:
+        assert getattr(alias, name) is getattr(module, name), (alias.__name__, name)
+  assert checkpoints.load_gguf is gguf.load_gguf is io.load_gguf
+  assert checkpoints.load_t5x is io.load_t5x and checkpoints.load_hf is io.load_hf

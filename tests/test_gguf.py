@@ -1,4 +1,4 @@
-"""specdec.checkpoints_gguf: llama GGUF files written here with gguf.GGUFWriter."""
+"""specdec.io.gguf: llama GGUF files written here with gguf.GGUFWriter."""
 
 import os
 
@@ -9,7 +9,7 @@ import pytest
 gguf = pytest.importorskip('gguf')
 
 from specdec import checkpoints  # noqa: E402
-from specdec import checkpoints_gguf as G  # noqa: E402
+from specdec.io import gguf as G  # noqa: E402
 from specdec.models import llama  # noqa: E402
 
 # A tiny llama: rows of 64 values (two 32-value quantization blocks), grouped-query

@@ -105,6 +105,69 @@ def test_model_card_and_metadata_are_shipped():
   assert len(pretrained.test_sentences()) == 1000
 
 
-def test_unknown_pairs_are_named():
-  with pytest.raises(ValueError, match="name"):
-    pretrained.load_pair("nope")
+def test_load_pair_gives_a_pair_that_unpacks_as_three_with_its_card(pair):
+  target, draft, vocab = pair
+  assert isinstance(pair, pretrained.Pair) and len(pair) == 3
+  assert pair.target is target and pair.draft is draft and pair.tokenizer is vocab
+  card = pair.card
+  assert (card.name, card.draft) == ("multi30k_ende", "draft")
+  assert card.metadata == pretrained.pair_info("multi30k_ende")
+  assert card.path == pretrained.pair_dir("multi30k_ende") / "MODEL_CARD.md"
+  assert card.text.startswith("#") and "Multi30k" in card.text
+  assert "multi30k_ende" in repr(pair) and "T5Tokenizer" in repr(pair)
+  replaced = pair._replace(draft=target)
+  assert replaced.draft is target and replaced.card is card
+
+
+def test_a_pair_pickles_and_copies_with_its_card():
+  import copy  # pylint: disable=g-import-not-at-top
+  import pickle  # pylint: disable=g-import-not-at-top
+  card = pretrained.Card("multi30k_ende", "draft", {"name": "multi30k_ende"},
+                         pretrained.pair_dir("multi30k_ende") / "MODEL_CARD.md")
+  pair = pretrained.Pair("target", "draft", "tokenizer", card)
+  for other in (pickle.loads(pickle.dumps(pair)), copy.copy(pair), copy.deepcopy(pair)):
+    assert isinstance(other, pretrained.Pair) and tuple(other) == tuple(pair)
+    assert other.card == card
+
+
+def test_the_t5_tokenizer_is_the_vocabulary_under_the_shared_protocol(pair):
+  from specdec.io import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  tok = pair.tokenizer
+  assert isinstance(tok, tokenizer_lib.T5Tokenizer) and isinstance(tok, data.Vocabulary)
+  assert isinstance(tok, tokenizer_lib.TextTokenizer)
+  assert (tok.eos_id, tok.pad_id, tok.bos_id, tok.unk_id) == (1, 0, None, 2)
+  for text in ("A man in a blue shirt rides a bike.", "Zwei Hunde spielen im Schnee.",
+               "translate English to German: <extra_id_0> ok"):
+    ids = tok.encode(text)
+    assert all(isinstance(i, int) for i in ids) and tok.decode(ids) == text
+    assert tok.encode(text) == data.Vocabulary().encode(text)
+  # Decoding stops at EOS, as seqio's does.
+  assert tok.decode(tok.encode("Ein Hund.") + [tok.eos_id] + tok.encode("Rest")) == \
+      "Ein Hund."
+  assert isinstance(pretrained.load_tokenizer("multi30k_ende"), tokenizer_lib.T5Tokenizer)
+
+
+def test_list_pairs_and_drafts_name_what_load_pair_accepts():
+  assert pretrained.list_pairs() == ("multi30k_ende", "smollm2_135m_instruct")
+  assert set(pretrained.LM_PAIRS) < set(pretrained.list_pairs())
+  assert pretrained.drafts("multi30k_ende") == ("draft", "draft_distilled")
+  assert pretrained.best_draft("multi30k_ende", 0.0) in pretrained.drafts("multi30k_ende")
+
+
+def test_bad_names_raise_naming_the_argument_and_the_valid_ones():
+  shipped = r"\['multi30k_ende', 'smollm2_135m_instruct'\]"
+  for call in (pretrained.load_pair, pretrained.drafts, pretrained.pair_info,
+               pretrained.load_tokenizer, pretrained.test_sentences):
+    with pytest.raises(ValueError, match=f"name: unknown pair 'nope'; shipped pairs: "
+                       f"{shipped}"):
+      call("nope")
+  with pytest.raises(ValueError,
+                     match=r"draft must be one of \['draft', 'draft_distilled'\], got 'x'"):
+    pretrained.load_pair("multi30k_ende", draft="x")
+  with pytest.raises(ValueError, match=r"which must be one of \['target', 'draft', "
+                     r"'draft_distilled'\], got 'x'"):
+    pretrained.load_model("multi30k_ende", "x")
+  with pytest.raises(ValueError, match=r"split: 'x' is not shipped.*test_2016_flickr"):
+    pretrained.test_sentences("multi30k_ende", split="x")
+  with pytest.raises(ValueError, match=r"name: unknown decoder-only pair 'multi30k_ende'"):
+    pretrained.lm_eval_prompts("multi30k_ende")

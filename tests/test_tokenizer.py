@@ -1,4 +1,4 @@
-"""specdec.tokenizer: GGUF byte-level BPE tokenizers against transformers' own."""
+"""specdec.io.tokenizer: GGUF byte-level BPE tokenizers against transformers' own."""
 
 import os
 
@@ -9,7 +9,7 @@ pytest.importorskip('tokenizers')
 pytest.importorskip('jinja2')
 
 from specdec import pretrained  # noqa: E402
-from specdec import tokenizer as tokenizer_lib  # noqa: E402
+from specdec.io import tokenizer as tokenizer_lib  # noqa: E402
 
 CHATML = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
