@@ -1,39 +1,46 @@
 """Packages a pair trained by `train_pair.py` into `specdec/weights/<name>/`.
 
-    python scripts/package_pair.py --train_dir=out/train_pair \
+    python scripts/research/package_pair.py --train_dir=out/train_pair \\
         --distilled_dir=out/distill --multi30k_dir=../shared/data/multi30k
 
 Copies the exported bfloat16 T5X checkpoints and the Multi30k test_2016 sentences the
 demo translates, and writes `pair.json`: the model configs, checkpoint paths, the
-training summary and the provenance of the data. `evaluate_pair.py` adds the measured
+training summary and the provenance of the data. `scripts/evaluate_pair.py` adds the measured
 quality and acceptance and writes the model card.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pathlib
 import shutil
-import sys
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import train_pair  # noqa: E402  (the presets the pair was trained with)
+from specdec import benchmarking
 
-_TRAIN = flags.DEFINE_string("train_dir", "out/train_pair",
-                             "train_pair.py --out_dir of the target and draft (empty: "
-                             "keep the packaged ones).")
-_MULTI30K = flags.DEFINE_string("multi30k_dir", "../shared/data/multi30k",
-                                "Multi30k raw files (for the shipped test sentences).")
-_DISTILLED = flags.DEFINE_string(
-    "distilled_dir", "",
-    "train_pair.py --which=draft --draft_data=distill --out_dir: shipped as "
-    "'draft_distilled' beside the reference-trained 'draft' (empty: none).")
-_NAME = flags.DEFINE_string("name", "multi30k_ende", "Name of the pair.")
-_OUT = flags.DEFINE_string("weights_dir", "specdec/weights", "Where pairs live.")
+import train_pair  # the presets the pair was trained with
+from common import config_json
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """The command line; defined when run as a command only (importing this file
+  registers no flag)."""
+  flags.DEFINE_string("train_dir", "out/train_pair",
+                      "train_pair.py --out_dir of the target and draft (empty: keep the "
+                      "packaged ones).")
+  flags.DEFINE_string("multi30k_dir", "../shared/data/multi30k",
+                      "Multi30k raw files (for the shipped test sentences).")
+  flags.DEFINE_string(
+      "distilled_dir", "",
+      "train_pair.py --which=draft --draft_data=distill --out_dir: shipped as "
+      "'draft_distilled' beside the reference-trained 'draft' (empty: none).")
+  flags.DEFINE_string("name", "multi30k_ende", "Name of the pair.")
+  flags.DEFINE_string("weights_dir", "specdec/weights", "Where pairs live.")
+
 
 TEST_SETS = {"test_2016_flickr": {"en": "test_2016_flickr.en", "de": "test_2016_flickr.de"}}
 PROVENANCE = {
@@ -44,33 +51,25 @@ PROVENANCE = {
 }
 
 
-def config_json(cfg) -> dict:
-  fields = dataclasses.asdict(cfg)
-  fields.pop("dtype")
-  fields.pop("dropout_rate")
-  fields["mlp_activations"] = list(fields["mlp_activations"])
-  return fields
-
-
 def main(argv):
   del argv
-  out = pathlib.Path(_OUT.value) / _NAME.value
+  out = pathlib.Path(FLAGS.weights_dir) / FLAGS.name
   out.mkdir(parents=True, exist_ok=True)
   previous = out / "pair.json"
   info = {}
   if previous.exists():  # Keep what this run does not replace, measurements included.
     with open(previous) as f:
       info = json.load(f)
-  info.update(name=_NAME.value, task="Multi30k English->German",
+  info.update(name=FLAGS.name, task="Multi30k English->German",
               prefix=train_pair.PREFIX, test_sets=TEST_SETS, provenance=PROVENANCE)
   entries = []
-  if _TRAIN.value:
-    with open(os.path.join(_TRAIN.value, "summary.json")) as f:
+  if FLAGS.train_dir:
+    with open(os.path.join(FLAGS.train_dir, "summary.json")) as f:
       summary = json.load(f)
     entries += [("target", "target", summary["target"]),
                 ("draft", "draft", summary["draft"])]
-  if _DISTILLED.value:
-    with open(os.path.join(_DISTILLED.value, "summary.json")) as f:
+  if FLAGS.distilled_dir:
+    with open(os.path.join(FLAGS.distilled_dir, "summary.json")) as f:
       entries.append(("draft_distilled", "draft", json.load(f)["draft"]))
   for which, preset, run in entries:
     source = pathlib.Path(run["checkpoint"])
@@ -94,11 +93,11 @@ def main(argv):
           "scripts/train_pair.py --draft_data=distill")
   for split, files in TEST_SETS.items():
     for lang, name in files.items():
-      shutil.copyfile(os.path.join(_MULTI30K.value, name), out / name)
-  with open(previous, "w") as f:
-    json.dump(info, f, indent=2)
-  print(f"packaged {_NAME.value} into {out}")
+      shutil.copyfile(os.path.join(FLAGS.multi30k_dir, name), out / name)
+  benchmarking.write_json(str(previous), info)
+  print(f"packaged {FLAGS.name} into {out}")
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

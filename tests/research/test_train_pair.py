@@ -1,14 +1,14 @@
-"""scripts/train_pair.py trains, logs validation loss, and resumes exactly."""
+"""scripts/research/train_pair.py trains, logs validation loss, and resumes exactly."""
 
 
 import jax
 import numpy as np
 import pytest
 
+import train_pair
 from specdec.models import t5
-from script_loader import load_script
 
-train_pair = load_script("train_pair")
+pytestmark = pytest.mark.research
 
 CFG = t5.tiny_config("1.1", vocab_size=32, num_encoder_layers=1, num_decoder_layers=1)
 
@@ -38,7 +38,6 @@ def test_training_lowers_the_validation_loss(tmp_path):
   assert losses[-1] < losses[0] - 0.5
 
 
-@pytest.mark.slow  # ~10 s: two short training runs; keeps the default suite < 10 min.
 def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path):
   train, val, cfg = _examples(64), _examples(16, seed=1), _config(epochs=2.0)
   straight = train_pair.train_model("a", CFG, train, val, cfg, str(tmp_path / "a"),

@@ -1,18 +1,19 @@
-"""scripts/distill_eagle.py's pieces on a tiny target: the features it extracts are
+"""scripts/research/distill_eagle.py's pieces on a tiny target: the features it extracts are
 the target's, training lowers its loss, and the draft it saves decodes exactly."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+import distill_eagle
 import specdec
 from specdec.distributions import SamplingConfig
 from specdec.models import eagle
-from test_distill_lm import _load_with_own_flags, distill_lm  # noqa: F401 (loads it)
 from test_eagle import target_features
 from test_llama import tiny_model
 
-distill_eagle = _load_with_own_flags("distill_eagle")
+pytestmark = pytest.mark.research
 
 
 def _sequences(n, seed=0):
@@ -39,12 +40,9 @@ def test_training_lowers_the_loss_and_saves_a_draft_that_decodes_exactly(tmp_pat
   path = str(tmp_path / "f.npz")
   distill_eagle.extract(target, 0, _sequences(8), path)
   data = distill_eagle.load_features(path)
-  values = distill_eagle.flags.FLAGS
-  for name, value in dict(eagle_epochs=12, eagle_batch=4, eagle_length=16,
-                          eagle_warmup_steps=2).items():
-    values[name].value = value
+  settings = distill_eagle.EagleSettings(epochs=12, batch=4, length=16, warmup_steps=2)
   ids = np.arange(0, 64, 2, dtype=np.int32)
-  record = distill_eagle.train(target, ids, data, data[:4], str(tmp_path))
+  record = distill_eagle.train(target, ids, data, data[:4], str(tmp_path), settings)
   history = record["history"]
   assert len(history) == 13 and all(0 <= h["accuracy"] <= 1 for h in history)
   assert history[-1]["loss"] < history[1]["loss"]
@@ -86,3 +84,15 @@ def test_load_features_reads_each_array_once(tmp_path, monkeypatch):
   data = distill_eagle.load_features(path)
   assert len(data) == 6
   assert sorted(reads) == ["features", "lengths", "prompt_lengths", "tokens"]
+
+
+def test_settings_and_training_refuse_bad_values_by_flag_name(tmp_path):
+  with pytest.raises(ValueError, match="eagle_length"):
+    distill_eagle.EagleSettings(length=0)
+  target = tiny_model(0, tie_word_embeddings=True)
+  path = str(tmp_path / "f.npz")
+  distill_eagle.extract(target, 0, _sequences(3), path)
+  data = distill_eagle.load_features(path)
+  with pytest.raises(ValueError, match="eagle_batch"):
+    distill_eagle.train(target, np.arange(8, dtype=np.int32), data, data, str(tmp_path),
+                        distill_eagle.EagleSettings(batch=4))

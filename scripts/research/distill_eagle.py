@@ -1,6 +1,6 @@
 """Trains a feature draft (`specdec.models.eagle`) for SmolLM2-135M-Instruct.
 
-    python scripts/distill_eagle.py --out_dir=out/distill_lm \\
+    python scripts/research/distill_eagle.py --out_dir=out/distill_lm \\
         --eagle_dir=out/distill_eagle --eagle_stages=features,train,evaluate --gamma=3
 
 The draft reads the target's features (its normed last hidden states): one decoder
@@ -11,7 +11,7 @@ token just committed, and the target's own output rows of a shortlist read it
 Stages (each reads the previous one's files in --eagle_dir):
 
 * `features`: the target's teacher-forced features over --eagle_sequences of the
-  decodes `scripts/distill_lm.py --stages=generate` cached in --out_dir (its
+  decodes `distill_lm.py --stages=generate` cached in --out_dir (its
   `gen_train_t0*` greedy decodes, and `gen_train_t1*` with
   --eagle_temperatures=0,1),
   chosen at random (--seed), and over the held-out `gen_eval_t0` decodes: one full
@@ -33,10 +33,10 @@ Stages (each reads the previous one's files in --eagle_dir):
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
-import sys
 import time
 from typing import Any, Sequence
 
@@ -46,42 +46,68 @@ import numpy as np
 import optax
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import distill_lm  # pylint: disable=g-import-not-at-top,wrong-import-position
+from specdec import benchmarking, pretrained
+from specdec.distributions import SamplingConfig
+from specdec.models import eagle
 
-from specdec import pretrained  # pylint: disable=wrong-import-position
-from specdec.distributions import SamplingConfig  # pylint: disable=wrong-import-position
-from specdec.models import eagle  # pylint: disable=wrong-import-position
+import lm_decodes
+from common import log
+from lm_decodes import NAME
+from lm_evaluation import speculative_stats
+from lm_training import final_hidden
 
-NAME = 'smollm2_135m_instruct'
 STAGES = ('features', 'train', 'evaluate')
-
-# distill_lm's flags are shared: --out_dir (where its decodes are cached), --seed,
-# --gamma and --max_new_tokens; this script's own flags are prefixed eagle_.
-_DECODES, _SEED = distill_lm._OUT, distill_lm._SEED  # pylint: disable=protected-access
-_GAMMA, _MAX_NEW = distill_lm._GAMMA, distill_lm._MAX_NEW  # pylint: disable=protected-access
-_OUT = flags.DEFINE_string('eagle_dir', 'out/distill_eagle', 'Features, weights, logs.')
-_STAGES = flags.DEFINE_list('eagle_stages', list(STAGES), f'Any of {STAGES}.')
-_TEMPERATURES = flags.DEFINE_list('eagle_temperatures', ['0'],
-                                  'Training decodes: 0 (greedy), 1 (sampled) or both.')
-_NUM_SEQ = flags.DEFINE_integer('eagle_sequences', 2500, 'Training sequences.')
-_SHORTLIST = flags.DEFINE_string(
-    'eagle_head_ids',
-    str(pretrained.WEIGHTS_DIR / NAME / 'draft' / pretrained.SHORTLIST_FILE),
-    "The head's ids: a shortlist.json ({'ids': [...]}).")
-_EPOCHS = flags.DEFINE_integer('eagle_epochs', 6, 'Passes over the training sequences.')
-_BATCH = flags.DEFINE_integer('eagle_batch', 16, 'Sequences per step.')
-_LENGTH = flags.DEFINE_integer('eagle_length', 160, 'Positions per sequence (longer cut).')
-_LR = flags.DEFINE_float('eagle_learning_rate', 1e-3, 'Peak AdamW learning rate.')
-_WARMUP = flags.DEFINE_integer('eagle_warmup_steps', 50, 'Linear warm-up steps.')
-_CLS = flags.DEFINE_float('eagle_cls_weight', 0.5, 'Weight of the cross-entropy term.')
-_NOISE = flags.DEFINE_float('eagle_feature_noise', 0.1, 'Uniform noise on input features.')
-
 FEATURE_BATCH = 16
+FLAGS = flags.FLAGS
 
 
-def log(message: str) -> None:
-  print(f'[{time.strftime("%H:%M:%S")}] {message}', flush=True)
+@dataclasses.dataclass(frozen=True)
+class EagleSettings:
+  """How `train` trains (the flags eagle_<field>, and --seed)."""
+
+  epochs: int = 6                 # passes over the training sequences
+  batch: int = 16                 # sequences per step
+  length: int = 160               # positions per sequence (longer cut)
+  learning_rate: float = 1e-3     # peak AdamW
+  warmup_steps: int = 50          # linear warm-up
+  cls_weight: float = 0.5         # weight of the cross-entropy term
+  feature_noise: float = 0.1      # uniform noise on input features
+  seed: int = 0                   # initialisation, data order, noise
+
+  def __post_init__(self):
+    for name in ('epochs', 'batch', 'length'):
+      if getattr(self, name) < 1:
+        raise ValueError(f'eagle_{name}: must be >= 1, got {getattr(self, name)}')
+
+
+def define_flags() -> None:
+  """The command line; defined when run as a command only, so that importing this
+  file (the tests do) registers no flag. --out_dir, --seed, --gamma and
+  --max_new_tokens mean what they mean to distill_lm.py (--out_dir: where its decodes
+  are cached); this script's own flags are prefixed eagle_."""
+  d = EagleSettings()
+  flags.DEFINE_string('out_dir', 'out/distill_lm', "distill_lm.py's --out_dir (its "
+                      'cached decodes).')
+  flags.DEFINE_integer('seed', d.seed, 'Initialisation, data order, sampling keys.')
+  flags.DEFINE_integer('gamma', 4, 'Draft tokens per iteration (evaluate).')
+  flags.DEFINE_integer('max_new_tokens', 96, 'Tokens per decode (evaluate).')
+  flags.DEFINE_string('eagle_dir', 'out/distill_eagle', 'Features, weights, logs.')
+  flags.DEFINE_list('eagle_stages', list(STAGES), f'Any of {STAGES}.')
+  flags.DEFINE_list('eagle_temperatures', ['0'],
+                    'Training decodes: 0 (greedy), 1 (sampled) or both.')
+  flags.DEFINE_integer('eagle_sequences', 2500, 'Training sequences.')
+  flags.DEFINE_string(
+      'eagle_head_ids',
+      str(pretrained.WEIGHTS_DIR / NAME / 'draft' / pretrained.SHORTLIST_FILE),
+      "The head's ids: a shortlist.json ({'ids': [...]}).")
+  flags.DEFINE_integer('eagle_epochs', d.epochs, 'Passes over the training sequences.')
+  flags.DEFINE_integer('eagle_batch', d.batch, 'Sequences per step.')
+  flags.DEFINE_integer('eagle_length', d.length, 'Positions per sequence (longer cut).')
+  flags.DEFINE_float('eagle_learning_rate', d.learning_rate, 'Peak AdamW learning rate.')
+  flags.DEFINE_integer('eagle_warmup_steps', d.warmup_steps, 'Linear warm-up steps.')
+  flags.DEFINE_float('eagle_cls_weight', d.cls_weight, 'Weight of the cross-entropy term.')
+  flags.DEFINE_float('eagle_feature_noise', d.feature_noise,
+                     'Uniform noise on input features.')
 
 
 # ------------------------------------------------------------------------------
@@ -90,14 +116,14 @@ def log(message: str) -> None:
 def sequences(directories: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
   """(prompt ids, response ids) of every cached decode row, in file order."""
   return [(prompt, response) for d in directories
-          for prompt, response, _ in distill_lm.examples(distill_lm.load_decodes(d))]
+          for prompt, response, _ in lm_decodes.examples(lm_decodes.load_decodes(d))]
 
 
 def extract(target, pad_id: int, seqs: Sequence[tuple], path: str) -> None:
   """Writes the target's features of `seqs` to `path` (.npz): tokens and float16
   features concatenated over sequences, with lengths and prompt lengths."""
   cfg, params = target.config, target.params
-  forward = jax.jit(lambda t: distill_lm.final_hidden(cfg, params, t))
+  forward = jax.jit(lambda t: final_hidden(cfg, params, t))
   order = np.argsort([len(p) + len(r) for p, r in seqs], kind='stable')
   tokens, feats = [None] * len(seqs), [None] * len(seqs)
   started = time.perf_counter()
@@ -210,29 +236,35 @@ def accuracy(hits, params, data, length: int, width: int, batch: int) -> float:
   return right / max(total, 1.0)
 
 
-def train(target, ids: np.ndarray, data, held_out, out_dir: str) -> dict[str, Any]:
+def train(target, ids: np.ndarray, data, held_out, out_dir: str,
+          settings: EagleSettings) -> dict[str, Any]:
+  """Trains the draft on `data` (`load_features`), the head over the shortlist `ids`;
+  the held-out first-token accuracy on `held_out` after every epoch; saves the draft
+  to out_dir/draft (`eagle.save`) and returns the training record."""
   cfg = target.config
-  width, batch, length = cfg.hidden_size, _BATCH.value, _LENGTH.value
+  width, batch, length = cfg.hidden_size, settings.batch, settings.length
   steps_per_epoch = len(data) // batch
-  steps = _EPOCHS.value * steps_per_epoch
+  if steps_per_epoch < 1:
+    raise ValueError(f'eagle_batch: {batch} exceeds the {len(data)} training sequences')
+  steps = settings.epochs * steps_per_epoch
   tx = optax.chain(optax.clip_by_global_norm(0.5),
                    optax.adamw(optax.warmup_cosine_decay_schedule(
-                       0.0, _LR.value, _WARMUP.value, steps, _LR.value * 0.05),
-                               b1=0.9, b2=0.95, weight_decay=0.0))
-  params = eagle.init_params(cfg, len(ids), jax.random.key(_SEED.value))
+                       0.0, settings.learning_rate, settings.warmup_steps, steps,
+                       settings.learning_rate * 0.05), b1=0.9, b2=0.95, weight_decay=0.0))
+  params = eagle.init_params(cfg, len(ids), jax.random.key(settings.seed))
   params = {k: v for k, v in params.items() if k != 'head'}
   # The target's final norm: the predicted feature starts on the target's scale.
   params['norm'] = jax.tree.map(jnp.asarray, target.params['final_norm'])
   opt_state = tx.init(params)
-  step, hits = make_functions(target, ids, tx, _CLS.value, _NOISE.value)
-  rng = np.random.default_rng(_SEED.value)
-  key = jax.random.key(_SEED.value + 1)
+  step, hits = make_functions(target, ids, tx, settings.cls_weight, settings.feature_noise)
+  rng = np.random.default_rng(settings.seed)
+  key = jax.random.key(settings.seed + 1)
   history = [dict(epoch=0, accuracy=accuracy(hits, params, held_out, length, width,
                                              batch))]
   log(f'train: {len(data)} sequences, {steps} steps; held-out first-token '
       f'accuracy {history[-1]["accuracy"]:.3f}')
   started = time.perf_counter()
-  for epoch in range(_EPOCHS.value):
+  for epoch in range(settings.epochs):
     order = rng.permutation(len(data))
     for s in range(steps_per_epoch):
       tokens, feats, mask = pack([data[j] for j in order[s * batch:(s + 1) * batch]],
@@ -249,18 +281,26 @@ def train(target, ids: np.ndarray, data, held_out, out_dir: str) -> dict[str, An
     log(f'epoch {epoch + 1}: held-out first-token accuracy '
         f'{history[-1]["accuracy"]:.3f}, {history[-1]["seconds"]:.0f} s')
   eagle.save(os.path.join(out_dir, 'draft'), params, ids)
-  return dict(sequences=len(data), steps=steps, epochs=_EPOCHS.value, batch=batch,
-              learning_rate=_LR.value, cls_weight=_CLS.value, feature_noise=_NOISE.value,
+  return dict(sequences=len(data), steps=steps, epochs=settings.epochs, batch=batch,
+              learning_rate=settings.learning_rate, cls_weight=settings.cls_weight,
+              feature_noise=settings.feature_noise,
               history=history, minutes=round((time.perf_counter() - started) / 60, 1))
 
 
 # ------------------------------------------------------------------------------
+def eagle_settings() -> EagleSettings:
+  """`EagleSettings` from the flags eagle_<field> (and --seed)."""
+  return EagleSettings(**{f.name: FLAGS['seed' if f.name == 'seed' else
+                                       f'eagle_{f.name}'].value
+                          for f in dataclasses.fields(EagleSettings)})
+
+
 def main(argv):
   del argv
-  for stage in _STAGES.value:
+  for stage in FLAGS.eagle_stages:
     if stage not in STAGES:
       raise ValueError(f'eagle_stages: unknown stage {stage!r}; have {list(STAGES)}')
-  out_dir = _OUT.value
+  out_dir, decodes = FLAGS.eagle_dir, FLAGS.out_dir
   os.makedirs(out_dir, exist_ok=True)
   target, tok = pretrained.load_lm(NAME)
   train_file = os.path.join(out_dir, 'features_train.npz')
@@ -271,39 +311,41 @@ def main(argv):
     with open(summary_file) as f:
       summary = json.load(f)
 
-  if 'features' in _STAGES.value:
-    dirs = sorted(d for t in _TEMPERATURES.value
-                  for d in glob.glob(os.path.join(_DECODES.value, f'gen_train_t{t}*')))
+  if 'features' in FLAGS.eagle_stages:
+    dirs = sorted(d for t in FLAGS.eagle_temperatures
+                  for d in glob.glob(os.path.join(decodes, f'gen_train_t{t}*')))
     pool = sequences(dirs)
     if not pool:
-      raise ValueError(f'out_dir: no gen_train_t* decodes in {_DECODES.value}')
-    pick = np.sort(np.random.default_rng(_SEED.value).permutation(len(pool))[
-        :_NUM_SEQ.value])
+      raise ValueError(f'out_dir: no gen_train_t* decodes in {decodes}')
+    pick = np.sort(np.random.default_rng(FLAGS.seed).permutation(len(pool))[
+        :FLAGS.eagle_sequences])
     started = time.perf_counter()
     extract(target, tok.pad_id, [pool[i] for i in pick], train_file)
-    extract(target, tok.pad_id, sequences([os.path.join(_DECODES.value, 'gen_eval_t0')]),
+    extract(target, tok.pad_id, sequences([os.path.join(decodes, 'gen_eval_t0')]),
             eval_file)
     summary['features'] = dict(directories=[os.path.basename(d) for d in dirs],
                                pool=len(pool), sequences=len(pick),
                                minutes=round((time.perf_counter() - started) / 60, 1))
-    distill_lm.write_json(summary_file, summary)
+    benchmarking.write_json(summary_file, summary, indent=1)
 
-  ids = np.asarray(json.load(open(_SHORTLIST.value))['ids'], np.int32)
-  if 'train' in _STAGES.value:
+  with open(FLAGS.eagle_head_ids) as f:
+    ids = np.asarray(json.load(f)['ids'], np.int32)
+  if 'train' in FLAGS.eagle_stages:
     data, held_out = load_features(train_file), load_features(eval_file)
-    summary['train'] = train(target, ids, data, held_out, out_dir)
-    distill_lm.write_json(summary_file, summary)
+    summary['train'] = train(target, ids, data, held_out, out_dir, eagle_settings())
+    benchmarking.write_json(summary_file, summary, indent=1)
 
-  if 'evaluate' in _STAGES.value:
+  if 'evaluate' in FLAGS.eagle_stages:
     draft = eagle.load(os.path.join(out_dir, 'draft'), target).with_packed_weights()
-    batches = distill_lm.load_decodes(os.path.join(_DECODES.value, 'gen_eval_t0'))
-    stats = distill_lm.speculative_stats(target, draft, tok, batches,
-                                         SamplingConfig(temperature=0.0), _GAMMA.value,
-                                         _MAX_NEW.value, _SEED.value)
+    batches = lm_decodes.load_decodes(os.path.join(decodes, 'gen_eval_t0'))
+    stats = speculative_stats(target, draft, tok, batches,
+                              SamplingConfig(temperature=0.0), FLAGS.gamma,
+                              FLAGS.max_new_tokens, FLAGS.seed)
     log(f'evaluate: {stats}')
     summary['evaluate'] = stats
-    distill_lm.write_json(summary_file, summary)
+    benchmarking.write_json(summary_file, summary, indent=1)
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)

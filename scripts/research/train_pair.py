@@ -1,6 +1,6 @@
 """Trains the embedded default pair: a T5 v1.1 target and a much smaller draft.
 
-    python scripts/train_pair.py --out_dir=out/train_pair [--which=draft,target]
+    python scripts/research/train_pair.py --out_dir=out/train_pair [--which=draft,target]
 
 English->German on Multi30k (train 29k pairs, validation 1014), T5's SentencePiece
 vocabulary and T5's task prefix ("translate English to German: "), both models from
@@ -39,7 +39,7 @@ import numpy as np
 import optax
 from absl import app, flags, logging
 
-from specdec import checkpoints, sample
+from specdec import benchmarking, checkpoints, sample
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
 
@@ -341,72 +341,77 @@ def export(params, model_cfg: t5.T5Config, directory: str, step: int) -> str:
 
 # ------------------------------------------------------------------------------ command
 
-_OUT = flags.DEFINE_string("out_dir", "out/train_pair", "Work and output directory.")
-_DATA = flags.DEFINE_string("data_dir", "../shared/data/multi30k",
-                            "Multi30k raw files (train.en/.de, val.en/.de).")
-_VOCAB = flags.DEFINE_string("vocab", None, "SentencePiece model (default: shipped).")
-_WHICH = flags.DEFINE_list("which", ["draft", "target"], "Models to train, in order.")
-_EPOCHS = flags.DEFINE_multi_string("epochs", ["draft=1.0", "target=1.0"],
-                                    "Epochs per model, as name=value.")
-_BATCH = flags.DEFINE_integer("batch_size", 64, "Sentences per step.")
-_SEED = flags.DEFINE_integer("training_seed", 0, "Seed for data order and initialisation.")
-_DRAFT_DATA = flags.DEFINE_enum(
-    "draft_data", "references", ["references", "distill"],
-    "The draft's training targets: the German references, or the target's greedy "
-    "outputs (sequence-level distillation).")
-_TEACHER = flags.DEFINE_string(
-    "teacher_checkpoint", "",
-    "T5X checkpoint of the distillation teacher, with the 'target' preset; empty: the "
-    "shipped pair's target (or, when --which trains a target first, that target).")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """The command line; defined when run as a command only, so that importing this
+  file (the tests do) registers no flag in absl's one registry."""
+  flags.DEFINE_string("out_dir", "out/train_pair", "Work and output directory.")
+  flags.DEFINE_string("data_dir", "../shared/data/multi30k",
+                      "Multi30k raw files (train.en/.de, val.en/.de).")
+  flags.DEFINE_string("vocab", None, "SentencePiece model (default: shipped).")
+  flags.DEFINE_list("which", ["draft", "target"], "Models to train, in order.")
+  flags.DEFINE_multi_string("epochs", ["draft=1.0", "target=1.0"],
+                            "Epochs per model, as name=value.")
+  flags.DEFINE_integer("batch_size", 64, "Sentences per step.")
+  flags.DEFINE_integer("training_seed", 0, "Seed for data order and initialisation.")
+  flags.DEFINE_enum(
+      "draft_data", "references", ["references", "distill"],
+      "The draft's training targets: the German references, or the target's greedy "
+      "outputs (sequence-level distillation).")
+  flags.DEFINE_string(
+      "teacher_checkpoint", "",
+      "T5X checkpoint of the distillation teacher, with the 'target' preset; empty: the "
+      "shipped pair's target (or, when --which trains a target first, that target).")
 
 
 def main(argv):
   del argv
   import sentencepiece as spm  # Training-time only.
-  vocab_path = _VOCAB.value or checkpoints_vocab_path()
+  vocab_path = FLAGS.vocab or checkpoints_vocab_path()
   vocab = spm.SentencePieceProcessor(model_file=vocab_path)
-  train = encode_pairs(read_pairs(os.path.join(_DATA.value, "train.en"),
-                                  os.path.join(_DATA.value, "train.de")), vocab, 48, 48)
-  val = encode_pairs(read_pairs(os.path.join(_DATA.value, "val.en"),
-                                os.path.join(_DATA.value, "val.de")), vocab, 48, 48)
-  epochs = dict(e.split("=") for e in _EPOCHS.value)
-  unknown = [n for n in _WHICH.value if n not in PRESETS]
+  train = encode_pairs(read_pairs(os.path.join(FLAGS.data_dir, "train.en"),
+                                  os.path.join(FLAGS.data_dir, "train.de")), vocab, 48, 48)
+  val = encode_pairs(read_pairs(os.path.join(FLAGS.data_dir, "val.en"),
+                                os.path.join(FLAGS.data_dir, "val.de")), vocab, 48, 48)
+  epochs = dict(e.split("=") for e in FLAGS.epochs)
+  unknown = [n for n in FLAGS.which if n not in PRESETS]
   if unknown:
     raise ValueError(f"--which: unknown models {unknown}; choose from {sorted(PRESETS)}")
   results = {}
-  for name in _WHICH.value:
-    cfg = TrainConfig(batch_size=_BATCH.value, epochs=float(epochs.get(name, 1.0)),
-                      seed=_SEED.value)
+  for name in FLAGS.which:
+    cfg = TrainConfig(batch_size=FLAGS.batch_size, epochs=float(epochs.get(name, 1.0)),
+                      seed=FLAGS.training_seed)
     examples = train
-    if name == "draft" and _DRAFT_DATA.value == "distill":
+    if name == "draft" and FLAGS.draft_data == "distill":
       teacher = _teacher(results.get("target"))
       examples = distilled_examples(train, teacher, 48,
-                                    os.path.join(_OUT.value, "teacher_outputs.npz"),
+                                    os.path.join(FLAGS.out_dir, "teacher_outputs.npz"),
                                     progress=True)
     results[name] = (cfg, train_model(name, PRESETS[name], examples, val, cfg,
-                                      os.path.join(_OUT.value, name)))
+                                      os.path.join(FLAGS.out_dir, name)))
   summary = {}
   for name, (cfg, result) in results.items():
-    path = export(result["params"], PRESETS[name], os.path.join(_OUT.value, "export", name),
-                  result["steps"])
+    path = export(result["params"], PRESETS[name],
+                  os.path.join(FLAGS.out_dir, "export", name), result["steps"])
     summary[name] = dict(checkpoint=path, steps=result["steps"], seconds=result["seconds"],
                          epochs=cfg.epochs, batch_size=cfg.batch_size,
-                         data=(_DRAFT_DATA.value if name == "draft" else "references"),
+                         data=(FLAGS.draft_data if name == "draft" else "references"),
                          history=result["history"], params=t5.param_count(PRESETS[name]),
                          config={k: str(v) for k, v in
                                  dataclasses.asdict(PRESETS[name]).items()})
     print(f"{name}: {result['steps']} steps in {result['seconds'] / 60:.1f} min, "
           f"final val loss {result['history'][-1]['val_loss']:.3f} -> {path}")
-  with open(os.path.join(_OUT.value, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=2)
+  benchmarking.write_json(os.path.join(FLAGS.out_dir, "summary.json"), summary)
 
 
 def _teacher(trained_target) -> t5.T5:
   """The distillation teacher: --teacher_checkpoint, the target trained in this run,
   or the shipped pair's target, in float32."""
   cfg = dataclasses.replace(PRESETS["target"], dropout_rate=0.0)
-  if _TEACHER.value:
-    return t5.T5(cfg, jax.device_put(checkpoints.load_t5x(_TEACHER.value, cfg,
+  if FLAGS.teacher_checkpoint:
+    return t5.T5(cfg, jax.device_put(checkpoints.load_t5x(FLAGS.teacher_checkpoint, cfg,
                                                           dtype=jnp.float32)))
   if trained_target is not None:
     return t5.T5(cfg, trained_target[1]["params"])
@@ -420,4 +425,5 @@ def checkpoints_vocab_path() -> str:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
