@@ -39,10 +39,8 @@ from specdec import theory
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
 from specdec.sample import autoregressive_sample, speculative_sample
-from specdec.t5x import config_of
+from specdec.t5x import config_of, gin_search_path
 
-# `configs/` sits at the root of a specdec checkout, beside the package.
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 PREDICTIONS_FILE = 'predictions.jsonl'
 METRICS_FILE = 'metrics.json'
 CONFIG_FILE = 'config.gin'
@@ -300,8 +298,9 @@ def parse_args(argv: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
 
   `--gin.NAME=VALUE` is the binding `NAME = VALUE` (T5X's shorthand); `--gin_file`,
   `--gin_bindings` and `--gin_search_paths` (comma-separated) are T5X's flags, each
-  as `--flag=value` or `--flag value`. The search paths end with '.' and the specdec
-  checkout, so that `include 'configs/...'` resolves from anywhere.
+  as `--flag=value` or `--flag value`. The search paths end with '.' and the installed
+  package's (`specdec.t5x.gin_search_path()`), so that `--gin_file=configs/runs/...`
+  and `include 'configs/...'` resolve from any directory.
   """
   files, bindings, paths = [], [], []
   args = list(argv)
@@ -328,7 +327,7 @@ def parse_args(argv: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
       paths += [p for p in value.split(',') if p]
   if not files:
     raise ValueError(f'no --gin_file given\n{USAGE}')
-  return files, bindings, paths + ['.', str(REPO_ROOT)]
+  return files, bindings, paths + ['.', gin_search_path()]
 
 
 def _check_macros(names: Sequence[str]) -> None:
@@ -347,6 +346,14 @@ def _check_macros(names: Sequence[str]) -> None:
       value = value.scoped_configurable_fn()
     if value is gin.REQUIRED:
       raise ValueError(f'gin macro {name} is unset: pass --gin.{name}=...')
+
+
+def __getattr__(name: str) -> Any:
+  # PEP 562: `REPO_ROOT`, the old name of the directory `configs/` resolves under
+  # (scripts add it to gin's search path), now the installed package's.
+  if name == 'REPO_ROOT':
+    return pathlib.Path(gin_search_path())
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ when first used and raise an ImportError saying how to install it.
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import os
 from typing import Any, Callable, Mapping, Optional
 
@@ -133,6 +134,49 @@ def decoder_only_config_of(module: Any, name: str = 'module'
   config = config.replace(mlp_activations=tuple(config.mlp_activations))
   t5x_decoder.check_config(config)
   return config
+
+
+# ------------------------------------------------------------------------------
+# The shipped gin configs and checkpoints.
+# ------------------------------------------------------------------------------
+def gin_search_path() -> str:
+  """The directory to add to gin's search path (T5X's `--gin_search_paths`) for
+  specdec's gin files: the installed package, whose `configs/` holds the root
+  `configs/` of the project (copied into a wheel as package data; a link to it in a
+  checkout and in an editable install). Its run files include one another by names
+  relative to it ('configs/runs/...'). `python -m specdec.t5x` prints it.
+
+  Raises:
+    FileNotFoundError: the package has no `configs/` (a broken installation).
+  """
+  package = importlib.resources.files('specdec')
+  if not package.joinpath('configs', 'runs', 'infer.gin').is_file():
+    raise FileNotFoundError(f'specdec is installed without its gin configs: no '
+                            f'configs/runs/infer.gin under {package}; reinstall it')
+  return str(package)
+
+
+def shipped_checkpoint(pair: str = 'multi30k_ende', which: str = 'target') -> str:
+  """The T5X checkpoint directory of one model of a pair shipped in the package, for
+  gin files (`configs/pairs/multi30k_ende.gin`): `TARGET_CHECKPOINT_PATH =
+  @specdec_t5x.shipped_checkpoint()`.
+
+  Args:
+    pair: a pair of `specdec.pretrained.PAIRS` stored as T5X checkpoints.
+    which: 'target' or one of its drafts (`specdec.pretrained.drafts(pair)`).
+
+  Raises:
+    ValueError: naming `pair` or `which` when there is no such checkpoint.
+  """
+  from specdec import pretrained  # pylint: disable=g-import-not-at-top
+  info = pretrained.pair_info(pair)
+  if pair in pretrained.LM_PAIRS:
+    raise ValueError(f'pair: {pair!r} is a decoder-only LM pair; its models are not '
+                     'T5X checkpoints')
+  models = ['target', *pretrained.drafts(pair)]
+  if which not in models:
+    raise ValueError(f'which must be one of {models} for pair {pair!r}, got {which!r}')
+  return str(pretrained.pair_dir(pair) / info[which]['checkpoint'])
 
 
 def split_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
@@ -766,3 +810,7 @@ def __getattr__(name: str) -> Any:
     globals().update(classes)
     return classes[name]
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+if __name__ == '__main__':
+  print(gin_search_path())

@@ -1,18 +1,21 @@
-"""seqio tasks for the paper's WMT EnDe and CNN/DM evaluations; `import` registers them.
+"""seqio tasks for the paper's WMT EnDe and CNN/DM evaluations and for the shipped
+Multi30k pair; `import` registers them.
 
 | task | data | preprocessing | metric |
 |---|---|---|---|
 | `specdec_wmt14_ende` | newstest2014, 3003 segments, shipped | "translate English to German: " | BLEU |
 | `specdec_cnn_dailymail` | 250 CNN/DM test examples, shipped | "summarize: " | ROUGE |
+| `specdec_multi30k_ende` | Multi30k test 2016, 1000 captions, shipped | the WMT task's | BLEU |
 | `specdec_wmt14_ende_tfds` | TFDS `wmt14_translate/de-en:1.0.0` | the same | BLEU |
 | `specdec_cnn_dailymail_tfds` | TFDS `cnn_dailymail:3.4.0` | the same | ROUGE |
 
 The local tasks read the files in `specdec/data` with the readers of `specdec.data` (the
 ones `python -m specdec.run` uses), so both runners see the same examples; they have a
-'test' split only. The TFDS tasks need the user's own TFDS data (nothing is downloaded
-here). All four tokenize with T5's SentencePiece vocabulary shipped in the package,
-with 100 sentinels (32,100 ids), append EOS after trimming, and score with T5's metrics
-(`specdec.metrics`).
+'test' split only. The Multi30k task reads the pair's test set with
+`specdec.pretrained.test_sentences` (what its model card measures). The TFDS tasks
+need the user's own TFDS data (nothing is downloaded here). All of them tokenize with
+T5's SentencePiece vocabulary shipped in the package, with 100 sentinels (32,100 ids),
+append EOS after trimming, and score with T5's metrics (`specdec.metrics`).
 
 Needs seqio (`pip install 'specdec[t5x]'`); `import specdec` does not import this.
 """
@@ -30,7 +33,11 @@ except ImportError as e:  # seqio brings TensorFlow; both are optional for specd
 
 from specdec import data
 from specdec import metrics
+from specdec import pretrained
 
+MULTI30K_PAIR = 'multi30k_ende'
+MULTI30K_SPLIT = 'test_2016_flickr'
+MULTI30K_TASK = 'specdec_multi30k_ende'
 WMT_TFDS_TASK = data.WMT_TASK + '_tfds'
 CNNDM_TFDS_TASK = data.CNNDM_TASK + '_tfds'
 TFDS_SPLITS = ('train', 'validation', 'test')
@@ -87,6 +94,22 @@ def local_source(task: str) -> seqio.FunctionDataSource:
   return seqio.FunctionDataSource(dataset_fn, splits=[data.TEST_SPLIT])
 
 
+def multi30k_source() -> seqio.FunctionDataSource:
+  """The test set shipped with the `multi30k_ende` pair, {'en', 'de'} per example (the
+  raw fields of the WMT task, whose preprocessing and metric it shares)."""
+
+  def dataset_fn(split: str, shuffle_files: bool, seed: int | None = None):
+    del shuffle_files, seed
+    if split != data.TEST_SPLIT:
+      raise ValueError(f'split: {MULTI30K_TASK} has only the {data.TEST_SPLIT!r} '
+                       f'split, got {split!r}')
+    pairs = pretrained.test_sentences(MULTI30K_PAIR, MULTI30K_SPLIT)
+    return tf.data.Dataset.from_tensor_slices({'en': [en for en, _ in pairs],
+                                               'de': [de for _, de in pairs]})
+
+  return seqio.FunctionDataSource(dataset_fn, splits=[data.TEST_SPLIT])
+
+
 def add_task(name: str, source: seqio.DataSourceInterface, like: str) -> seqio.Task:
   """Registers task `name` over `source` with the preprocessing and metric of `like`.
 
@@ -108,8 +131,10 @@ def add_task(name: str, source: seqio.DataSourceInterface, like: str) -> seqio.T
 
 
 def register() -> None:
-  """Registers the four tasks of the table above (a no-op for those already there)."""
+  """Registers the tasks of the table above (a no-op for those already there)."""
   registered = set(seqio.TaskRegistry.names())
+  if MULTI30K_TASK not in registered:
+    add_task(MULTI30K_TASK, multi30k_source(), data.WMT_TASK)
   for like in (data.WMT_TASK, data.CNNDM_TASK):
     if like not in registered:
       add_task(like, local_source(like), like)

@@ -14,6 +14,8 @@ gin = pytest.importorskip('gin', reason="gin-config is not installed (specdec[t5
 from gin import config_parser  # pylint: disable=g-import-not-at-top
 
 from specdec import data
+from specdec import pretrained
+from specdec import t5x as specdec_t5x
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
 from specdec.models import t5x_decoder
@@ -30,8 +32,11 @@ TABLE2_GAMMA = {('wmt_ende', 0): (7, 7, 7), ('wmt_ende', 1): (7, 5, 3),
                 ('cnndm', 0): (5, 5, 3), ('cnndm', 1): (5, 3, 3)}
 TASK_NAMES = {'wmt_ende': data.WMT_TASK, 'cnndm': data.CNNDM_TASK}
 DECODER_ONLY_SIZES = ('base', 'large', 'xl', 'xxl')
-# The run file each T5X file is built with (their models take different networks).
-T5X_RUN_FILE = {'infer_decoder_only.gin': 'decoder_only_wmt_ende_t0.gin'}
+# The run file each T5X file is built with (their models take different networks;
+# None: the file is a whole run).
+T5X_RUN_FILE = {'infer_decoder_only.gin': 'decoder_only_wmt_ende_t0.gin',
+                'multi30k_ende_infer.gin': None}
+MULTI30K_TASK = 'specdec_multi30k_ende'
 
 
 def _name(path: pathlib.Path) -> str:
@@ -41,7 +46,8 @@ def _name(path: pathlib.Path) -> str:
 @pytest.fixture(autouse=True)
 def fresh_gin():
   gin.clear_config(clear_constants=False)
-  gin.add_config_file_search_path(str(REPO))
+  # Where specdec.run and T5X users find the configs: inside the installed package.
+  gin.add_config_file_search_path(specdec_t5x.gin_search_path())
   yield
   gin.clear_config(clear_constants=False)
 
@@ -73,6 +79,8 @@ def test_the_expected_files_exist():
   assert {'configs/pairs/decoder_only_xxl_base.gin',
           'configs/runs/decoder_only_wmt_ende_t0.gin',
           'configs/runs/infer_decoder_only.gin'} <= names
+  assert {'configs/pairs/multi30k_ende.gin', 'configs/runs/multi30k_ende.gin',
+          'configs/runs/multi30k_ende_infer.gin'} <= names
 
 
 @pytest.mark.parametrize('path', ALL_FILES, ids=_name)
@@ -140,6 +148,42 @@ def test_run_files_bind_table2_settings_to_specdec_run(task, temperature, draft)
   assert _same_config(bound['target_module'].config, t5.CONFIGS['t5_1_1_xxl'])
 
 
+def test_multi30k_pair_file_is_the_shipped_pair_with_its_checkpoints():
+  gin.parse_config_file('configs/pairs/multi30k_ende.gin')
+  info = pretrained.pair_info('multi30k_ende')
+  for role, which in (('TARGET', 'target'), ('DRAFT', 'draft_distilled')):
+    config = _macro(f'{role}_MODULE').config
+    assert jnp.dtype(config.dtype) == jnp.float32
+    assert config == t5.T5Config(**{**info[which]['config'], 'dtype': config.dtype,
+                                    'mlp_activations': ('gelu', 'linear'),
+                                    'dropout_rate': 0.0})
+    path = pathlib.Path(_macro(f'{role}_CHECKPOINT_PATH'))
+    assert path == pretrained.pair_dir('multi30k_ende') / info[which]['checkpoint']
+    assert list(path.glob('*/.zarray'))
+
+
+def test_multi30k_task_file_holds_every_example_whole():
+  gin.parse_config_file('configs/runs/multi30k_ende.gin')
+  assert _macro('TASK') == MULTI30K_TASK and _macro('BATCH_SIZE') == 1
+  lengths = _macro('TASK_FEATURE_LENGTHS')
+  vocab = data.Vocabulary()
+  pairs = pretrained.test_sentences('multi30k_ende')
+  # +1: EOS.
+  assert max(len(vocab.encode(data.TRANSLATE_PREFIX + en)) + 1
+             for en, _ in pairs) <= lengths['inputs']
+  assert max(len(vocab.encode(de)) + 1 for _, de in pairs) <= lengths['targets']
+
+
+@pytest.mark.parametrize('pair,which,error', [
+    ('multi30k_ende', 'draft_x', "which must be one of \\['target', 'draft'"),
+    ('wmt', 'target', 'name: unknown pair'),
+    ('smollm2_135m_instruct', 'target', 'decoder-only LM pair'),
+])
+def test_shipped_checkpoint_names_bad_arguments(pair, which, error):
+  with pytest.raises(ValueError, match=error):
+    specdec_t5x.shipped_checkpoint(pair, which)
+
+
 def test_output_dir_is_required():
   gin.parse_config_file(str(CONFIGS / 'runs' / 'wmt_ende_t0_small.gin'))
   assert _macro('OUTPUT_DIR') is gin.REQUIRED
@@ -155,19 +199,30 @@ def test_t5x_files_build_their_model(path, monkeypatch):
   monkeypatch.setattr(sys.modules['__main__'], 'infer', t5x_infer.infer, raising=False)
   gin.add_config_file_search_path(str(pathlib.Path(t5x.__file__).parent.parent))
   run_file = T5X_RUN_FILE.get(path.name, 'wmt_ende_t0_small.gin')
-  gin.parse_config_files_and_bindings(
-      [str(path), str(CONFIGS / 'runs' / run_file)],
-      ["OUTPUT_DIR = '/tmp/unused'", "TARGET_CHECKPOINT_PATH = '/tmp/unused'",
-       "DRAFT_CHECKPOINT_PATH = '/tmp/unused'"])
+  if run_file is None:
+    gin.parse_config_files_and_bindings([str(path)], ["OUTPUT_DIR = '/tmp/unused'"])
+  else:
+    gin.parse_config_files_and_bindings(
+        [str(path), str(CONFIGS / 'runs' / run_file)],
+        ["OUTPUT_DIR = '/tmp/unused'", "TARGET_CHECKPOINT_PATH = '/tmp/unused'",
+         "DRAFT_CHECKPOINT_PATH = '/tmp/unused'"])
   model = _macro('MODEL')
-  assert _macro('MIXTURE_OR_TASK_NAME') == data.WMT_TASK
+  task = MULTI30K_TASK if path.name == 'multi30k_ende_infer.gin' else data.WMT_TASK
+  assert _macro('MIXTURE_OR_TASK_NAME') == task
   assert model.output_vocabulary.vocab_size == 32100
   if path.name == 'infer_decoder_only.gin':
     assert type(model).__name__ == 'SpeculativeDecoderOnlyModel'
     assert model.gamma == 7 and model.sampling == SamplingConfig(temperature=0.0)
     assert model._inputs_bidirectional_attention  # pylint: disable=protected-access
-  if path.name == 'infer.gin':
+  if path.name in ('infer.gin', 'multi30k_ende_infer.gin'):
     assert type(model).__name__ == 'SpeculativeEncoderDecoderModel'
     assert model.gamma == 7 and model.sampling == SamplingConfig(temperature=0.0)
     restore = gin.query_parameter('utils.RestoreCheckpointConfig.state_transformation_fns')
     assert len(restore) == 1
+  if path.name == 'multi30k_ende_infer.gin':
+    # Nothing left to set but OUTPUT_DIR: the checkpoints are the package's own.
+    assert pathlib.Path(_macro('CHECKPOINT_PATH')) == pathlib.Path(
+        specdec_t5x.shipped_checkpoint('multi30k_ende', 'target'))
+    assert gin.query_parameter('utils.RestoreCheckpointConfig.dtype') == 'float32'
+    assert model.module.config.emb_dim == 128
+    assert model.draft_module.config.emb_dim == 32

@@ -1,7 +1,10 @@
 """`python -m specdec.run`: arguments, errors, and a tiny T5 pair end to end."""
 
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -12,7 +15,6 @@ from specdec.distributions import SamplingConfig
 from specdec.models import t5
 from t5_helpers import write_t5x_legacy  # pylint: disable=g-import-not-at-top
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
 TINY = dict(emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64)
 # A tiny target and draft (different random weights) on T5's full vocabulary, which
 # the shipped SentencePiece model needs. One layer each: compilation dominates.
@@ -65,7 +67,22 @@ def test_parse_args():
        '--gin_bindings=GAMMA = 3', '--gin_search_paths=p,q'])
   assert files == ['a.gin', 'b.gin']
   assert bindings == ["OUTPUT_DIR = '/x'", 'GAMMA = 3']
-  assert paths == ['p', 'q', '.', str(REPO)]
+  # Last, the installed package's configs: run files resolve from any directory.
+  assert paths[:-1] == ['p', 'q', '.']
+  assert pathlib.Path(paths[-1]) == pathlib.Path(run.__file__).parent
+  assert (pathlib.Path(paths[-1]) / 'configs' / 'runs' / 'infer.gin').is_file()
+
+
+def test_run_files_resolve_from_another_directory(tmp_path):
+  # A fresh process outside the checkout (this one has the checkout on sys.path).
+  proc = subprocess.run(
+      [sys.executable, '-m', 'specdec.run',
+       '--gin_file=configs/runs/wmt_ende_t0_small.gin'],
+      cwd=tmp_path, capture_output=True, text=True, timeout=300,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  # The run file and its includes were found: only the output directory is missing.
+  assert proc.returncode == 2, proc.stderr[-4000:]
+  assert 'gin macro OUTPUT_DIR is unset' in proc.stderr
 
 
 @pytest.mark.parametrize('argv,error', [
