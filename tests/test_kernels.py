@@ -186,3 +186,52 @@ def test_pack_tree_chooses_bfloat16_only_where_it_is_exact():
   assert kernels.pack_tree(inexact)['a']['kernel'].dtype == jnp.float32
   with pytest.raises(ValueError, match='not all exactly bfloat16'):
     kernels.pack_tree(inexact, jnp.bfloat16)
+
+
+# ------------------------------------------------- the kernel per lowering platform
+
+
+def _exported_text(fn, platform, *args):
+  checks = [jax.export.DisabledSafetyCheck.custom_call(name)
+            for name, _ in kernels._TARGETS.values()]  # pylint: disable=protected-access
+  return jax.export.export(jax.jit(fn), platforms=[platform],
+                           disabled_checks=checks)(*args).mlir_module()
+
+
+def test_the_kernel_is_chosen_per_lowering_platform():
+  """Lowered for a CPU the product is the kernel; for a TPU or a GPU it is `elsewhere`,
+  here XLA's product over the unpacked w [64, 80] (the packed copy is not read)."""
+  x = jnp.ones((4, 64), jnp.float32)
+  w = jnp.ones((64, 80), jnp.float32)
+  packed = kernels.pack(w)
+
+  def product(x, packed, w):
+    return kernels.packed_matmul(x, packed, 80, lambda x: x @ w)
+
+  assert kernels.use_kernel(x, packed)
+  assert 'specdec_packed_matmul' in _exported_text(product, 'cpu', x, packed, w)
+  for platform in ('tpu', 'cuda'):
+    text = _exported_text(product, platform, x, packed, w)
+    assert 'custom_call' not in text
+    assert 'tensor<64x80xf32>) -> tensor<4x80xf32>' in text
+
+
+def test_the_compiled_cpu_program_is_the_kernel_alone():
+  """The platform choice costs the CPU nothing: its compiled program calls the kernel
+  and holds no conditional."""
+  x = jnp.ones((4, 64), jnp.float32)
+  w = jnp.ones((64, 80), jnp.float32)
+  hlo = jax.jit(lambda x, packed, w: kernels.packed_matmul(x, packed, 80, lambda x: x @ w)
+                ).lower(x, kernels.pack(w), w).compile().as_text()
+  assert 'custom_call_target="specdec_packed_matmul"' in hlo
+  assert ' conditional(' not in hlo and ' dot(' not in hlo
+
+
+def test_elsewhere_must_return_the_float32_product():
+  x = jnp.ones((2, 8), jnp.float32)
+  packed = kernels.pack(jnp.ones((8, 40), jnp.float32))
+  with pytest.raises(ValueError, match='elsewhere must return float32 \\(2, 40\\)'):
+    kernels.packed_matmul(x, packed, 40, lambda x: jnp.ones((2, 39)))
+  with pytest.raises(ValueError, match='elsewhere'):
+    jax.jit(lambda x: kernels.packed_matmul(x, packed, 40,
+                                            lambda x: jnp.ones((2, 40), jnp.bfloat16)))(x)

@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import kernels
+from specdec.backends import cpu
 from specdec.models import base
 
 Array = jax.Array
@@ -253,18 +253,19 @@ def dense(x: Array, kernel: Array, dtype: Any) -> Array:
                              (((x.ndim - 1,), (0,)), ((), ())))
 
 
-def packed_product(x: Array, packed: Array | None, n: int, dtype: Any) -> Array | None:
-  """x [..., in] @ W [in, n] from W's tile-major copy `packed` (`pack_params`), where
-  `specdec.kernels` takes it (float32, a chunk of a few tokens on one CPU): one read
-  of the weights whatever the chunk's length, so that verifying gamma + 1 tokens
-  costs about one step. None where it does not apply (the caller's XLA product
-  then runs on the unpacked kernel)."""
-  if packed is None:
-    return None
-  x = jnp.asarray(x, dtype)
-  if not kernels.use_kernel(x, packed):
-    return None
-  return kernels.packed_matmul(x, packed, n)
+def packed_product(x: Array, packed: Array | None, n: int, dtype: Any,
+                   unpacked: Callable[[Array], Array]) -> Array:
+  """x [..., in] @ W [in, n]: `unpacked(x)`, XLA's product over W, or the CPU kernel
+  over W's tile-major copy `packed` (`pack_params`) where `specdec.backends.cpu` takes
+  it (float32, a chunk of a few tokens, one CPU device) in a program lowered for a
+  CPU: one read of the weights whatever the chunk's length, so that verifying
+  gamma + 1 tokens costs about one step. Lowered for any other platform the product
+  is `unpacked(x)`, so a model packed on a CPU still compiles for a TPU or a GPU."""
+  if packed is not None:
+    x_dtype = jnp.asarray(x, dtype)
+    if cpu.use_kernel(x_dtype, packed):
+      return cpu.packed_matmul(x_dtype, packed, n, unpacked)
+  return unpacked(x)
 
 
 def attention_logits(query: Array, keys: Array) -> Array:
@@ -362,13 +363,14 @@ class Dense(nn.Module):
   def __call__(self, x: Array) -> Array:
     kernel = param_with_axes('kernel', _kernel_init(), (x.shape[-1], self.features),
                              jnp.float32, axes=self.kernel_axes)
-    y = packed_product(x, kernels.packed_variable(self, 'kernel'), self.features,
-                       self.dtype)
-    if y is not None:
-      return y
-    if self.float32_output:
-      return output_logits(x, kernel, self.dtype)
-    return dense(x, kernel, self.dtype)
+
+    def unpacked(x: Array) -> Array:
+      if self.float32_output:
+        return output_logits(x, kernel, self.dtype)
+      return dense(x, kernel, self.dtype)
+
+    return packed_product(x, cpu.packed_variable(self, 'kernel'), self.features,
+                          self.dtype, unpacked)
 
 
 class RMSNorm(nn.Module):
@@ -564,11 +566,9 @@ class Embed(nn.Module):
 
   def attend(self, y: Array) -> Array:
     """y [..., d] -> float32 logits [..., V] through the transposed table."""
-    logits = packed_product(y, kernels.packed_variable(self, 'embedding'),
-                            self.num_embeddings, self.dtype)
-    if logits is not None:
-      return logits
-    return output_logits_tied(y, self.embedding, self.dtype)
+    return packed_product(y, cpu.packed_variable(self, 'embedding'),
+                          self.num_embeddings, self.dtype,
+                          lambda y: output_logits_tied(y, self.embedding, self.dtype))
 
 
 # ------------------------------------------------------------------------------
@@ -672,7 +672,7 @@ def state_logical_axes(state: LlamaState) -> LlamaState:
 def _variables(params: Any, packed: Any) -> dict[str, Any]:
   if packed is None:
     return {'params': params}
-  return {'params': params, kernels.PACKED: packed}
+  return {'params': params, cpu.PACKED: packed}
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -707,19 +707,19 @@ def decode_matrices(cfg: LlamaConfig, params: Any) -> dict[str, tuple[Array, boo
 
 def pack_params(cfg: LlamaConfig, params: Any, dtype: Any = None) -> dict[str, Any]:
   """The `packed` variable collection: a tile-major copy
-  (`specdec.kernels.pack`) of every matrix of `decode_matrices` under the same module
+  (`specdec.backends.cpu.pack`) of every matrix of `decode_matrices` under the same module
   paths (the tied embedding as [d, V]).
 
   With it, `Transformer.apply({'params': ..., 'packed': ...})` reads those weights once
-  per call for a chunk of up to `specdec.kernels.MAX_ROWS` tokens on a CPU, so that
+  per call for a chunk of up to `specdec.backends.cpu.MAX_ROWS` tokens on a CPU, so that
   scoring gamma + 1 tokens costs about what one token does. The numbers are those of
   the unpacked product up to float32 rounding. It holds a second copy of the weights:
   float32 (about the model's size again), or bfloat16 where bfloat16 holds every
   weight exactly (a checkpoint stored in bfloat16): half the bytes to read per step,
   each widened back to the same float32 value, so the same numbers. `dtype` (None:
-  that automatic choice; float32 or bfloat16) is `specdec.kernels.pack_tree`'s.
+  that automatic choice; float32 or bfloat16) is `specdec.backends.cpu.pack_tree`'s.
   """
-  return kernels.pack_tree(decode_matrices(cfg, params), dtype)
+  return cpu.pack_tree(decode_matrices(cfg, params), dtype)
 
 
 def cache_capacity(cfg: LlamaConfig, length: int, max_length: Any) -> int:
@@ -798,15 +798,15 @@ class Llama:
     return Transformer(self.config)
 
   def with_packed_weights(self) -> 'Llama':
-    """This model with `packed` set where `specdec.kernels.enabled()` (a single CPU
+    """This model with `packed` set where `specdec.backends.cpu.enabled()` (a single CPU
     device with the kernel built), unchanged elsewhere. The weights' copy is made
-    once, here: verification of gamma + 1 tokens then reads every weight once
-    (v(8) ~ 1.2 instead of ~1.6 for SmolLM2-135M, `scripts/bench_llama.py`).
+    once, here: verification of gamma + 1 tokens then reads every weight once on a
+    CPU (docs/cpu_kernel.md); programs lowered for other platforms read `params`.
 
     The parameters must be float32 (bfloat16 models keep XLA's products).
     """
     self._check_params()
-    if self.packed is not None or not kernels.enabled():
+    if self.packed is not None or not cpu.enabled():
       return self
     if jnp.dtype(self.config.dtype) != jnp.float32:
       return self

@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import kernels
+from specdec.backends import cpu
 from specdec.models import base
 
 Array = jax.Array
@@ -298,15 +298,23 @@ class DenseGeneral(nn.Module):
                              (int(np.prod(in_shape)), int(np.prod(features))),
                              jnp.float32, axes=self.kernel_axes)
     lead = inputs.ndim - len(axis)
-    packed = kernels.packed_variable(self, 'kernel')
+
+    def unpacked(inputs: Array) -> Array:
+      w = jnp.reshape(jnp.asarray(kernel, self.dtype), in_shape + features)
+      return jax.lax.dot_general(inputs, w, ((axis, tuple(range(len(axis)))), ((), ())))
+
+    packed = cpu.packed_variable(self, 'kernel')
     if packed is not None and axis == tuple(range(lead, inputs.ndim)):
       flat = inputs.reshape(inputs.shape[:lead] + (-1,))
-      if kernels.use_kernel(flat, packed):
-        y = kernels.packed_matmul(flat, packed, int(np.prod(features)))
+      if cpu.use_kernel(flat, packed):
+        n = int(np.prod(features))
+
+        def unpacked_flat(flat: Array) -> Array:
+          return unpacked(flat.reshape(inputs.shape)).reshape(flat.shape[:-1] + (n,))
+
+        y = cpu.packed_matmul(flat, packed, n, unpacked_flat)
         return y.reshape(inputs.shape[:lead] + features).astype(self.dtype)
-    kernel = jnp.reshape(jnp.asarray(kernel, self.dtype), in_shape + features)
-    return jax.lax.dot_general(inputs, kernel,
-                               ((axis, tuple(range(len(axis)))), ((), ())))
+    return unpacked(inputs)
 
 
 class LayerNorm(nn.Module):
@@ -360,12 +368,15 @@ class Embed(nn.Module):
 
   def attend(self, query: Array) -> Array:
     """query: [..., features] -> [..., num_embeddings], in `attend_dtype`."""
-    packed = kernels.packed_variable(self, 'embedding')
+    packed = cpu.packed_variable(self, 'embedding')
     query = jnp.asarray(query, self.attend_dtype)
-    if packed is not None and kernels.use_kernel(query, packed):
-      return kernels.packed_matmul(query, packed, self.num_embeddings)
-    return jnp.dot(jnp.asarray(query, self.attend_dtype),
-                   jnp.asarray(self.embedding, self.attend_dtype).T)
+
+    def unpacked(query: Array) -> Array:
+      return jnp.dot(query, jnp.asarray(self.embedding, self.attend_dtype).T)
+
+    if packed is not None and cpu.use_kernel(query, packed):
+      return cpu.packed_matmul(query, packed, self.num_embeddings, unpacked)
+    return unpacked(query)
 
 
 class RelativePositionBiases(nn.Module):
@@ -1039,18 +1050,18 @@ def decode_matrices(cfg: T5Config, params: Any) -> dict[str, tuple[Array, bool]]
 
 def pack_params(cfg: T5Config, params: Any, dtype: Any = None) -> dict[str, Any]:
   """The `packed` variable collection: a tile-major copy
-  (`specdec.kernels.pack`) of every matrix of `decode_matrices`, under the same
+  (`specdec.backends.cpu.pack`) of every matrix of `decode_matrices`, under the same
   module paths (v1.0's tied embedding as [E, V]).
 
   With it, `Transformer.apply({'params': ..., 'packed': ...})` reads those weights once
-  per decoder call of up to `specdec.kernels.MAX_ROWS` tokens on a CPU. The numbers
+  per decoder call of up to `specdec.backends.cpu.MAX_ROWS` tokens on a CPU. The numbers
   are those of the unpacked products up to float32 rounding of the sums' order.
   Weights that bfloat16 holds exactly (a checkpoint stored in bfloat16) are copied in
   bfloat16: half the bytes to read per step, each widened back to the same float32
   value, so the same numbers. `dtype` (None: that automatic choice; float32 or
-  bfloat16) is `specdec.kernels.pack_tree`'s.
+  bfloat16) is `specdec.backends.cpu.pack_tree`'s.
   """
-  return kernels.pack_tree(decode_matrices(cfg, params), dtype)
+  return cpu.pack_tree(decode_matrices(cfg, params), dtype)
 
 
 @flax.struct.dataclass
@@ -1142,16 +1153,16 @@ class T5:
                        f'encoder, decoder), not a variables dict; got {found}')
     variables = {'params': self.params}
     if self.packed is not None:
-      variables[kernels.PACKED] = self.packed
+      variables[cpu.PACKED] = self.packed
     return self.module.apply(variables, *args, method=method, **kwargs)
 
   def with_packed_weights(self) -> 'T5':
     """This model with `packed` set (and `per_position_logits` 0) where
-    `specdec.kernels.enabled()` (a single CPU device with the kernel built) and the
+    `specdec.backends.cpu.enabled()` (a single CPU device with the kernel built) and the
     model is float32; unchanged elsewhere. The copy is made once, here: a decoder
-    chunk of up to `specdec.kernels.MAX_ROWS` tokens then reads every decoder weight
+    chunk of up to `specdec.backends.cpu.MAX_ROWS` tokens then reads every decoder weight
     once (`scripts/bench_verify.py`)."""
-    if (self.packed is not None or not kernels.enabled()
+    if (self.packed is not None or not cpu.enabled()
         or jnp.dtype(self.config.dtype) != jnp.float32):
       return self
     return self.replace(packed=pack_params(self.config, self.params),
