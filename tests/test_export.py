@@ -169,3 +169,22 @@ def test_lowered_for_a_cpu_the_packed_models_still_call_the_kernel(family):
   exported = _export(family, 'speculative', 1.0, 'cpu', disabled_checks=checks)
   text = exported.mlir_module()
   assert KERNEL_TARGETS & set(custom_call_targets(text))
+
+
+def test_a_program_for_an_accelerator_serializes_from_the_models_leaves():
+  """What a user ships to a TPU host: the program serialized and read back. The
+  model and output classes are not registered with jax.export's serialization, so
+  the exported function takes the models' leaves and returns plain arrays."""
+  target, draft, inputs = _pair('t5')
+  leaves, treedef = jax.tree.flatten((target, draft))
+
+  def decode(leaves, inputs, rng):
+    out = _speculative(1.0)(*jax.tree.unflatten(treedef, leaves), inputs, rng)
+    return out.tokens, out.lengths
+
+  exported = export.export(jax.jit(decode), platforms=['tpu'])(
+      leaves, inputs, jax.random.key(0))
+  back = export.deserialize(exported.serialize())
+  assert back.platforms == ('tpu',)
+  assert [a.shape for a in back.out_avals] == [(2, MAX_NEW_TOKENS), (2,)]
+  assert back.mlir_module() == exported.mlir_module()
