@@ -9,7 +9,9 @@ preprocessing in seqio tasks, so both see identical examples.
 * `load_examples(task)`: the examples of a task, each {'inputs', 'targets', ...} with
   T5's text preprocessing ("translate English to German: ", "summarize: ") applied.
 * `Vocabulary`: T5's SentencePiece vocabulary with its 100 sentinels, token for token
-  what `seqio.SentencePieceVocabulary(VOCAB_FILE, extra_ids=100)` builds.
+  what `seqio.SentencePieceVocabulary(VOCAB_FILE, extra_ids=100)` builds;
+  `specdec.io.tokenizer.T5Tokenizer` is this vocabulary under the tokenizer protocol
+  every shipped pair shares (`specdec.pretrained.load_pair`).
 """
 
 from __future__ import annotations
