@@ -1,4 +1,5 @@
-"""Tests of specdec.kernels: the packed small-row product against numpy and XLA."""
+"""Tests of specdec.backends.cpu (also importable as specdec.kernels): the packed
+small-row product against numpy and XLA, and its choice per lowering platform."""
 
 import numpy as np
 import pytest
@@ -11,6 +12,12 @@ from specdec import kernels
 
 def _numpy_product(x, w):
   return (np.asarray(x, np.float64) @ np.asarray(w, np.float64)).astype(np.float32)
+
+
+def test_the_former_name_is_the_same_module():
+  import specdec.backends.cpu
+  import specdec.kernels
+  assert kernels is specdec.kernels is specdec.backends.cpu
 
 
 def test_the_kernel_is_built_and_enabled_on_this_cpu():

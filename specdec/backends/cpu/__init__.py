@@ -27,8 +27,8 @@ layout its compiler chooses, and the packed copy is an unused argument there. Th
 tile-major layout is not read on accelerators on purpose: a [N / 32, K, 32] array
 would cost a transpose per call, or a batched product whose minor dimension of 32 a
 TPU pads to its 128 lanes (4x the bytes read). Within one platform the choice adds
-nothing to the program: a program lowered for one platform holds one branch (no
-conditional), the CPU's holding the same custom call as before.
+nothing: a program lowered for one platform holds that platform's branch alone, and
+the compiled CPU program is the kernel's custom call, with no conditional.
 
 Weights that bfloat16 holds exactly (a model stored in bfloat16 and computed in
 float32, such as the shipped drafts) pack into bfloat16 (`pack(w, jnp.bfloat16)`;
@@ -133,7 +133,7 @@ def _load() -> bool:
                                   platform="cpu")
     return True
   except (OSError, RuntimeError, AttributeError) as e:
-    warnings.warn(f"specdec.kernels: the CPU kernels are unavailable ({e}); small "
+    warnings.warn(f"specdec.backends.cpu: the CPU kernels are unavailable ({e}); small "
                   "matrix products use XLA's (slower verification on a CPU)",
                   RuntimeWarning, stacklevel=3)
     return False
