@@ -427,3 +427,16 @@ def test_training_lowers_the_validation_loss_and_resumes_where_it_stopped(tmp_pa
   assert (tmp_path / "train" / "params.msgpack").exists()
   again = lm_training.train(cfg, target_params, data, validation, str(tmp_path), 0, s)
   assert again["history"] == out["history"]
+
+
+def test_the_shipped_card_is_what_its_pair_json_writes(tmp_path):
+  """Every number and word of the shipped SmolLM2 card comes from pair.json and the
+  hand-written section it keeps (the script's path aside, which moved to
+  scripts/research after the card was written)."""
+  from specdec import pretrained
+  shipped_dir = pretrained.WEIGHTS_DIR / "smollm2_135m_instruct"
+  shipped = (shipped_dir / "MODEL_CARD.md").read_text()
+  (tmp_path / "MODEL_CARD.md").write_text(shipped)
+  lm_card.write_card(str(tmp_path), json.loads((shipped_dir / "pair.json").read_text()))
+  assert (tmp_path / "MODEL_CARD.md").read_text() == shipped.replace(
+      "`scripts/distill_lm.py", "`scripts/research/distill_lm.py")
