@@ -13,6 +13,9 @@ multi30k_ende model card), each with its own instructions:
 * Multi30k test_2016 English captions: "Describe this scene in more detail: ...",
   "Write a short story that begins: ...", "Translate to German: ...".
 
+`DEMO_PROMPTS` are the demo's: written for it in English, none taken from those
+sources, so that no draft was distilled or tuned on them.
+
 Every source text gets each of its source's instructions (so one text gives 2-3
 prompts). The evaluation split holds out whole source texts, a fixed stride of each
 source, so no evaluation text appears in any training prompt under any instruction;
@@ -28,7 +31,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from specdec import benchmarking, data
+from specdec import data
+from specdec.bench import measure
 
 MULTI30K_EN_FILE = (data.DATA_DIR.parent / 'weights' / 'multi30k_ende'
                     / 'test_2016_flickr.en')
@@ -50,6 +54,24 @@ HOLDOUT_STRIDE = 10
 HOLDOUT_OFFSET = 7
 EVAL_PROMPTS = 64
 SEED = 0
+
+# The demo's chat prompts (`python -m specdec.bench demo`): what a 135M instruct model
+# answers well -- short explanations, a summary, a continuation -- in English.
+# Written for the demo, outside `SOURCES`: no distillation or evaluation prompt holds
+# them (tests/test_demo.py checks), so the demo's alpha is measured on unseen text.
+DEMO_PROMPTS = (
+    'Explain in simple words why the sky is blue.',
+    'What is photosynthesis? Explain it in two sentences.',
+    'Give three tips for staying healthy.',
+    'Summarize in one sentence: Bees visit flowers to collect nectar and pollen. As '
+    'they move from flower to flower, they carry pollen with them, which helps plants '
+    'make seeds and fruit. Without bees, many of the foods we eat would be much '
+    'harder to grow.',
+    'Explain in simple words how a rainbow forms.',
+    'Continue this text: Once upon a time, in a small village by the sea, there lived',
+    'Why do we need to sleep? Answer briefly.',
+    'Explain what a computer program is to a child.',
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,5 +206,5 @@ def encode(tokenizer, content: str) -> list[int]:
 
 
 # Ragged prompts right-padded with the model's pad_id (`llama.Llama`'s layout); one
-# copy for the package, in `specdec.benchmarking`.
-right_pad = benchmarking.right_pad
+# copy for the package, in `specdec.bench.measure`.
+right_pad = measure.right_pad

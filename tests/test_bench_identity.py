@@ -1,6 +1,6 @@
-"""scripts/bench_identity.py: the identity rate and the logits at a mismatch, for a tiny
-float32 T5 pair and a tiny random Llama target behind an injected loader (the shipped
-models are what the script itself runs)."""
+"""`python -m specdec.bench identity` (specdec.bench.identity): the identity rate and
+the logits at a mismatch, for a tiny float32 T5 pair and a tiny random Llama target
+behind an injected loader, and the subcommand on two sentences of the shipped pair."""
 
 
 import jax.numpy as jnp
@@ -9,9 +9,8 @@ import pytest
 
 from specdec.models import llama
 from t5_helpers import random_inputs, tiny_model
-from script_loader import load_script
 
-bench_identity = load_script("bench_identity")
+from specdec.bench import identity as bench_identity  # pylint: disable=g-bad-import-order
 
 GAMMA, MAX_NEW_TOKENS = 2, 8
 T5_EOS = 1
@@ -112,7 +111,7 @@ def test_lm_target_teacher_forcing_feeds_the_prompts_last_token_first(lm_workloa
 def test_lm_greedy_decodes_are_identical_with_both_drafts(lm_workload):
   """3 prompts in batches of 2, bigram and tiny-Llama drafts: every row identical,
   chunk/single differences at float32 rounding."""
-  results = bench_identity.run(lm_workload, ["float32"], [GAMMA], batch=2,
+  results = bench_identity.run_workload(lm_workload, ["float32"], [GAMMA], batch=2,
                                max_new_tokens=6)
   r = results["dtypes"]["float32"]
   assert sorted(r["drafts"]) == ["bigram", "tiny_llama"]
@@ -185,3 +184,16 @@ def test_generated_mask_top2_gap_fitting_prefix_and_right_pad():
   with pytest.raises(ValueError, match="lm_drafts: unknown draft 'trigram'"):
     bench_identity.lm_workload("tiny", ["trigram"], ["cnndm"], 1, MAX_PROMPT,
                                load_lm=load_tiny_lm)
+
+
+def test_the_subcommand_runs_on_two_sentences_of_the_shipped_pair():
+  config = bench_identity.Config(num_sentences=2, gammas=(2,), dtypes=("float32",),
+                                 batch=2, max_new_tokens=4)
+  results = bench_identity.run(config)
+  (runs,) = results["dtypes"]["float32"]["drafts"].values()
+  assert runs[2]["rows"] == 2 and runs[2]["identical"] == 2
+  assert "| float32 | draft_distilled | 2 | 2/2 |" in bench_identity.render(results)
+  for bad, match in ((dict(dtypes=("float16",)), "dtypes"), (dict(pair="x"), "pair"),
+                     (dict(batch=0), "batch")):
+    with pytest.raises(ValueError, match=match):
+      bench_identity.run(bench_identity.Config(**bad))

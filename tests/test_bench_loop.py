@@ -1,20 +1,17 @@
-"""benchmarking.loop_costs and scripts/bench_loop.py on tiny random Llamas: the decode
-loop timed against its parts (the numbers are a benchmark's; here their bookkeeping)."""
+"""measure.loop_costs and `python -m specdec.bench loop` on tiny random Llamas: the
+decode loop timed against its parts (the numbers are a benchmark's; here their
+bookkeeping)."""
 
 import math
-import pathlib
 
 import jax
 import jax.numpy as jnp
 import pytest
 
-from specdec import benchmarking
+from specdec.bench import loop as bench_loop
+from specdec.bench import measure as benchmarking
 from specdec.distributions import SamplingConfig
 from specdec.models import llama
-from script_loader import load_script
-
-ROOT = pathlib.Path(__file__).parents[1]
-bench_loop = load_script("bench_loop")
 
 VOCAB, PAD = 97, 0
 GREEDY = SamplingConfig(temperature=0.0)
@@ -78,12 +75,26 @@ def test_loop_costs_wants_one_row(pair):
                             GREEDY, jax.random.key(0))
 
 
-# Slow (20 s of compiles): the script's pooling over prompts; `loop_costs`, whose
-# rows it pools, is checked in the default suite above.
+def test_the_subcommand_runs_on_a_toy_pair():
+  result = bench_loop.run(bench_loop.Config(
+      pair="toy_llama", gammas=(1,), temperatures=(0.0,), prompts=1, max_new_tokens=4,
+      rounds=1, repeats=1))
+  (row,) = result["rows"]
+  assert (row["temperature"], row["gamma"], row["prompts"]) == (0.0, 1, 1)
+  assert row["tokens"] == 4 and row["iterations"] >= 2
+  assert row["v"] == pytest.approx(row["target_chunk"] / row["target_step"])
+  assert "meas/pred" in bench_loop.render(result)
+  with pytest.raises(ValueError, match="gammas"):
+    bench_loop.run(bench_loop.Config(pair="toy_llama", gammas=(0,)))
+
+
+# Slow (20 s of compiles): the pooling over prompts; `loop_costs`, whose rows it
+# pools, is checked in the default suite above.
 @pytest.mark.slow
-def test_the_script_pools_prompts_and_prints_every_row(pair):
+def test_pooled_rows_pool_prompts_and_render_every_row(pair):
   target, draft = pair
-  rows = bench_loop.run(target, draft, [PROMPT, PROMPT[:3]], [1, 2], [0.0], 5, 1, 1, 0)
+  rows = bench_loop.pooled_rows(target, draft, [PROMPT, PROMPT[:3]], [1, 2], [0.0], 5,
+                                1, 1, 0)
   assert [(r["temperature"], r["gamma"]) for r in rows] == [(0.0, 1), (0.0, 2)]
   for r in rows:
     parts = r["per_prompt"]
@@ -96,6 +107,6 @@ def test_the_script_pools_prompts_and_prints_every_row(pair):
     # The prediction from the parts is Theorem 3.8's form with c and v.
     assert r["predicted"] == pytest.approx(
         r["tokens_per_iteration"] / (r["gamma"] * r["c"] + r["v"]))
-  table = bench_loop.markdown(rows)
+  table = bench_loop.render(dict(rows=rows))
   assert table.count("\n") == 1 + len(rows)
   assert "meas/pred" in table

@@ -1,4 +1,5 @@
-"""scripts/compare_hf.py: specdec and transformers on the same tiny random pair."""
+"""`python -m specdec.bench compare-hf` (specdec.bench.compare_hf): specdec and
+transformers on the same tiny random pair."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ pytest.importorskip("torch", reason="the comparison needs torch (the `hf` extra)
 pytest.importorskip("transformers", reason="the comparison needs transformers (the `hf` extra)")
 
 from t5_helpers import random_inputs, tiny_model  # pylint: disable=g-import-not-at-top
-from script_loader import load_script
 
-compare_hf = load_script("compare_hf")
+from specdec.bench import compare_hf  # pylint: disable=g-bad-import-order
 
 GAMMA, MAX_NEW = 2, 6
 SYSTEM_FIELDS = ("implementation", "settings", "baseline", "prompt_seconds",
@@ -232,3 +232,19 @@ def test_the_shipped_lm_pair_loads_in_transformers_with_the_same_weights():
                                      gamma=3, max_new_tokens=8, repeats=1,
                                      eos_id=tok.eos_id, pad_id=target.pad_id)
   assert result["agreement"]["all_agree"], result["agreement"]["disagreements"]
+
+
+def test_the_subcommand_checks_its_config_and_renders(result):
+  for bad, match in ((dict(pair="nope"), "pair"), (dict(gamma=0), "gamma"),
+                     (dict(sentences=0), "sentences")):
+    with pytest.raises(ValueError, match=match):
+      compare_hf.run(compare_hf.Config(**bad))
+  text = compare_hf.render(dict(result, settings=dict(result["settings"], pair="tiny")))
+  assert text.startswith("specdec vs transformers") and "hf_assisted" in text
+
+
+@pytest.mark.slow
+def test_the_subcommand_runs_on_the_shipped_pair():
+  out = compare_hf.run(compare_hf.Config(sentences=1, max_new_tokens=6, repeats=1,
+                                         progress=False))
+  assert out["agreement"]["all_agree"] and out["settings"]["pair"] == "multi30k_ende"

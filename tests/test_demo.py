@@ -1,10 +1,12 @@
-"""The README's main job runs end to end (tiny settings)."""
+"""The README's main job runs end to end (tiny settings): `python -m specdec.bench
+demo` (`specdec.bench.demo`) and its alias `specdec.demo`."""
 
 import json
 
 import pytest
 
-from specdec import demo, pretrained
+from specdec import demo, lm_prompts, pretrained
+from specdec.bench import demo as bench_demo
 
 
 def test_the_demo_runs_on_two_sentences(tmp_path):
@@ -52,13 +54,12 @@ def test_the_decoder_only_part_runs_with_tiny_models(monkeypatch):
   draft = llama.Llama(draft_cfg, llama.random_params(draft_cfg, 1), pad_id=1)
   monkeypatch.setattr(pretrained, "load_pair", lambda name: (
       target.with_packed_weights(), draft.with_packed_weights(), _ByteTokenizer()))
-  monkeypatch.setattr(pretrained, "lm_eval_prompts",
-                      lambda name: ["a short prompt", "another prompt", "third"])
   monkeypatch.setattr(pretrained, "pair_info", lambda name: {
       "best_gamma": {"0": 3, "1": 2},
       "context_lookup": {"weight": 0.9, "best_gamma": {"0": 4, "1": 1}}})
+  prompts = ["a short prompt", "another prompt", "third"]
   result = demo.run_lm("tiny_lm", num_prompts=2, gamma=None, max_new_tokens=6,
-                       repeats=1, seed=0, progress=False)
+                       repeats=1, seed=0, progress=False, prompts=prompts)
   # Per temperature one row per draft, each at its own gamma from the card.
   assert [r["temperature"] for r in result["rows"]] == [0.0, 0.0, 1.0, 1.0]
   assert [r["draft"] for r in result["rows"]] == ["draft+lookup", "draft"] * 2
@@ -79,6 +80,32 @@ def test_the_decoder_only_part_runs_with_tiny_models(monkeypatch):
                                                        "another prompt"]
   assert "meas/pred" in demo.format_table(result)
   json.dumps(result)
+  text = bench_demo.render({"tiny_lm": result})
+  assert "PROMPT  a short prompt" in text and "identical to the baseline: yes" in text
+
+
+def test_the_demo_prompts_are_english_and_held_out_of_every_distillation_prompt():
+  """The decoder-only demo's prompts play to a small instruct model's strengths
+  (explanations, a summary, a continuation; no translation) and are not the text
+  the draft was distilled or tuned on: no training or evaluation prompt holds one."""
+  import inspect
+  assert inspect.signature(bench_demo.run_lm).parameters["prompts"].default == (
+      lm_prompts.DEMO_PROMPTS)
+  assert len(lm_prompts.DEMO_PROMPTS) >= 6
+  for p in lm_prompts.DEMO_PROMPTS:
+    assert p.isascii() and "German" not in p and "Translate" not in p
+  contents = [p.content for p in lm_prompts.all_prompts()]
+  texts = {p.text for p in lm_prompts.all_prompts()}
+  for p in lm_prompts.DEMO_PROMPTS:
+    assert p not in contents and p not in texts
+    assert not any(p in c or (len(c) > 30 and c in p) for c in contents), p
+
+
+def test_the_demo_config_is_checked():
+  with pytest.raises(ValueError, match="pair"):
+    bench_demo.run(bench_demo.Config(pair="nope"))
+  with pytest.raises(ValueError, match="num_prompts"):
+    bench_demo.run(bench_demo.Config(num_prompts=0))
 
 
 def test_lm_inputs_pad_each_prompt_to_a_bucket_with_the_pad_id():
@@ -104,5 +131,4 @@ def test_the_demo_runs_the_shipped_decoder_only_pair():
   for row in result["rows"]:
     assert row["gamma"] == 2 and 0.0 <= row["alpha"] <= 1.0
     assert row["nonfinite_positions"] == 0
-  assert result["examples"][0]["prompt"] == pretrained.lm_eval_prompts(
-      "smollm2_135m_instruct")[0]
+  assert result["examples"][0]["prompt"] == lm_prompts.DEMO_PROMPTS[0]

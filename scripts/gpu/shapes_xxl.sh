@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Table 2's shapes on one GPU, in bfloat16: T5-XXL (11B) target, T5-small draft, batch 1,
-# random weights drawn on the device (`benchmark.py --shapes_only`), gammas 3, 5, 7.
+# random weights drawn on the device (`python -m specdec.bench costs --target-config`):
+# t(k) for chunks k = 1..MAX_CHUNK, c, v(k), the roofline and the alpha = 1 bound.
 # Prints the device, a device-to-device copy (the memory-bandwidth ceiling the 'GB/s'
-# column is read against), then the shapes table; writes everything under OUT_DIR.
+# column is read against), then the costs table; writes everything under OUT_DIR.
 #
 #   OUT_DIR=out/gpu scripts/gpu/shapes_xxl.sh            # PYTHON (default python3)
 #   DRAFTS="t5_1_1_small t5_1_1_base" ...                 # more drafts, in turn
@@ -14,7 +15,7 @@ PYTHON="${PYTHON:-python3}"
 OUT_DIR="${OUT_DIR:-out/gpu}"
 TARGET="${TARGET:-t5_1_1_xxl}"
 DRAFTS="${DRAFTS:-t5_1_1_small}"
-GAMMAS="${GAMMAS:-3,5,7}"
+MAX_CHUNK="${MAX_CHUNK:-8}"
 BUDGET_S="${BUDGET_S:-300}"
 mkdir -p "${OUT_DIR}"
 export PYTHONPATH="${PWD}${PYTHONPATH:+:${PYTHONPATH}}" PYTHONUNBUFFERED=1
@@ -37,8 +38,8 @@ for draft in ${DRAFTS}; do
     echo "shapes_xxl.sh: ${SECONDS} s spent; ${draft} not started"; break
   fi
   start=${SECONDS}
-  "${PYTHON}" scripts/benchmark.py --shapes_only --target_config="${TARGET}" \
-      --draft_config="${draft}" --gammas="${GAMMAS}" --max_new_tokens=64 --repeats=3 \
-      --out_dir="${OUT_DIR}/${draft}" 2>&1 | tee "${OUT_DIR}/${draft}.log"
+  "${PYTHON}" -m specdec.bench costs --target-config="${TARGET}" \
+      --draft-config="${draft}" --max-chunk="${MAX_CHUNK}" --rounds=3 \
+      --out="${OUT_DIR}/${draft}/costs.json" 2>&1 | tee "${OUT_DIR}/${draft}.log"
   echo "shapes_xxl.sh: ${draft}: $(( SECONDS - start )) s"
 done

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import data, sample, theory
+from specdec import data, drafts, sample, theory
 from specdec.models import t5
 from specdec.distributions import (SamplingConfig, greedy_tokens_checked, probabilities,
                                    probabilities_checked)
@@ -269,22 +269,25 @@ def _target_loop(target, inputs, *, chunk, iterations, max_length, sampling):
                                              "sampling"))
 def _draft_loop(target, draft, inputs, key, *, gamma, iterations, max_length,
                 sampling):
-  """The draft's half: `iterations` x the sampler's own gamma draft steps (its first
-  over a 2-token pending chunk), keeping one position per iteration."""
-  state = draft.init(inputs, max_length)
-  start_token = target.start_tokens(inputs)
-  pending = jnp.stack([start_token, start_token], axis=1)
-  num_pending = jnp.ones(start_token.shape, jnp.int32)
-  row_keys = sample._row_keys(key, inputs.shape[0])  # pylint: disable=protected-access
+  """The draft's half: `iterations` x the sampler's own gamma draft steps (the
+  draft as the decode loop sees it, `drafts.as_proposer`), each iteration committing
+  one position, as a rejection at the first draft does."""
+  del target  # The proposer starts from the inputs as the sampler's does.
+  proposer = drafts.as_proposer(draft)
+  state = proposer.start(inputs, max_length, gamma, False, None)
+  batch = inputs.shape[0]
+  row_keys = sample._row_keys(key, batch)  # pylint: disable=protected-access
+  rejected = jnp.zeros((batch,), jnp.int32)
+  active = jnp.ones((batch,), bool)
 
   def body(i, carry):
     state, acc = carry
-    start = draft.lengths(state)
     keys = sample._iteration_keys(  # pylint: disable=protected-access
-        row_keys, jnp.full(start.shape, i), gamma + 2)
-    x, _, _, state = sample._draft(  # pylint: disable=protected-access
-        draft, state, pending, num_pending, keys[:, :gamma], sampling, gamma)
-    return draft.rewind(state, start + 1), acc + jnp.sum(x)
+        row_keys, jnp.full((batch,), i), gamma + 2)
+    x, _, _, state = proposer.propose(state, keys[:, :gamma], sampling, gamma)
+    chunk = jnp.concatenate([x[:, :1], x], axis=1)
+    state = proposer.commit(state, chunk, rejected, gamma, None, active)
+    return state, acc + jnp.sum(x)
 
   return jax.lax.fori_loop(0, iterations, body, (state, jnp.zeros((), jnp.int32)))[1]
 

@@ -1,15 +1,16 @@
-"""The paper's Table 5 (lenience, Appendix A.5) for a shipped pair, measured in one run.
+"""`python -m specdec.bench lenience`: the paper's Table 5 (lenience, Appendix A.5)
+for a shipped pair, measured in one run.
 
-    python scripts/bench_lenience.py                       # whole Multi30k test set
-    python scripts/bench_lenience.py --sentences=8 --timed_sentences=2 --repeats=1 \\
-        --max_new_tokens=12 --ngram_sentences=2000 --drafts=draft,bigram   # a smoke run
+    python -m specdec.bench lenience                       # whole Multi30k test set
+    python -m specdec.bench lenience --sentences=8 --timed-sentences=2 --repeats=1 \\
+        --max-new-tokens=12 --ngram-sentences=2000 --drafts=draft,bigram  # a smoke run
 
 Leviathan, Kalman & Matias (2023), Appendix A.5: with lenience l < 1 a draft x ~ q is
 accepted iff r l q(x) < p(x) and a rejection resamples norm(max(0, p - l q)), so that
 no token has probability above p(x) / l; at temperature 0 the draft's token is
 accepted iff p(x) >= l max(p) (`specdec.sample.speculative_sample(..., lenience=l)`).
 For every temperature, draft (the pair's shipped drafts and the unigram and bigram
-drafts of Table 3, built as `scripts/benchmark.py` builds them), gamma and l, on the
+drafts of Table 3, `specdec.bench.drafts`), gamma and l, on the
 pair's Multi30k test sentences:
 
 * alpha_l the paper's way (Section 3.1): the mean over the target's own (baseline)
@@ -19,8 +20,8 @@ pair's Multi30k test sentences:
   alpha along the lenient decodes themselves (`SpeculativeStats.alpha_hat`, pooled)
   and from their accept counts;
 * the speed-up: baseline and lenient ms per token at batch 1 on --timed_sentences,
-  timed side by side (`benchmarking.time_decodes_paired`), the prediction of Theorem
-  3.8 refined with the measured c and v (`benchmarking.step_costs`), and Theorem 3.8
+  timed side by side (`measure.time_decodes_paired`), the prediction of Theorem
+  3.8 refined with the measured c and v (`measure.step_costs`), and Theorem 3.8
   at the paper's c = 0.015, gamma = 8 from our alpha_l (the paper's Table 5 speed-ups
   are that formula at its alphas: 3.3 / 3.3 / 3.9 / 4.9x for 0.75 / 0.75 / 0.8 / 0.87);
 * the quality cost, from batched decodes of --sentences: BLEU against the references
@@ -31,14 +32,14 @@ pair's Multi30k test sentences:
   probability), and at temperature 0 the fraction of outputs equal to the target's
   greedy decode (1 at l = 1).
 
-Writes `bench_lenience.json` and `bench_lenience.md` under --out_dir and prints the
-markdown, with the paper's Table 5 (T5-XXL on WMT EnDe) beside ours.
+Prints the markdown (and writes it with the JSON, `--out`), with the paper's Table 5 (T5-XXL on WMT EnDe) beside ours.
 """
 
 from __future__ import annotations
 
 import functools
-import json
+import dataclasses
+import logging
 import os
 import sys
 import time
@@ -47,11 +48,10 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags, logging
 
-from specdec import benchmarking, data, metrics, pretrained, sample, theory
+from specdec import data, metrics, pretrained, sample, theory
+from specdec.bench import cli, drafts as drafts_lib, measure
 from specdec.distributions import SamplingConfig, greedy_tokens, probabilities
-from specdec.models import ngram
 
 # The paper's Table 5: T5-XXL target on WMT EnDe, alpha at l = 1, 0.5, 0.3, 0.1.
 PAPER_LENIENCES = (1.0, 0.5, 0.3, 0.1)
@@ -63,31 +63,29 @@ PAPER_TABLE5 = {
 # Its temperature-0 speed-ups with T5-small, "at c = 0.015, gamma = 8".
 PAPER_SPEEDUPS_T0 = (3.3, 3.3, 3.9, 4.9)
 PAPER_C, PAPER_GAMMA = 0.015, 8
-NGRAM_DRAFTS = ("unigram", "bigram")
+NGRAM_DRAFTS = drafts_lib.NGRAM_DRAFTS
 
-_PAIR = flags.DEFINE_string("pair", "multi30k_ende",
-                            "A shipped pair (specdec.pretrained).")
-_DRAFTS = flags.DEFINE_list(
-    "drafts", None, "Drafts: the pair's shipped ones ('draft', 'draft_distilled') and "
-    "'unigram', 'bigram' (default: all of them).")
-_LENIENCES = flags.DEFINE_list("leniences", [str(l) for l in PAPER_LENIENCES],
-                               "Lenience values l in (0, 1].")
-_TEMPS = flags.DEFINE_list("temperatures", ["1", "0"], "Sampling temperatures.")
-_GAMMAS = flags.DEFINE_list("gammas", [str(PAPER_GAMMA)],
-                            "Gammas; each is measured, and the best per setting marked.")
-_SENTENCES = flags.DEFINE_integer("sentences", None, "Test sentences for alpha and "
-                                  "quality, decoded in batches (default: all 1000).")
-_BATCH = flags.DEFINE_integer("batch_size", 64, "Batch of the quality decodes.")
-_ALPHA_BATCH = flags.DEFINE_integer("alpha_batch", 16, "Rows per teacher-forced pass "
-                                    "(both models' logits over all positions at once).")
-_TIMED = flags.DEFINE_integer("timed_sentences", 16, "Sentences timed at batch 1.")
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed rounds per decode (minimum).")
-_INPUT_LEN = flags.DEFINE_integer("input_length", 48, "Input tokens (EOS included).")
-_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 48, "Max new tokens.")
-_NGRAM_N = flags.DEFINE_integer("ngram_sentences", None, "Multi30k train sentences for "
-                                "the n-gram drafts (default: all 29,000).")
-_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
-_OUT = flags.DEFINE_string("out_dir", "out/bench_lenience", "Where the outputs go.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  pair: str = cli.field("multi30k_ende", "A shipped T5 pair.")
+  drafts: tuple[str, ...] = cli.field((), "Drafts: the pair's shipped ones, unigram, "
+                                      "bigram; empty: all of them.")
+  leniences: tuple[float, ...] = cli.field(PAPER_LENIENCES, "Leniences l in (0, 1].")
+  temperatures: tuple[float, ...] = cli.field((1.0, 0.0), "Sampling temperatures.")
+  gammas: tuple[int, ...] = cli.field((PAPER_GAMMA,), "Draft tokens per iteration.")
+  sentences: int | None = cli.field(None, "Test sentences for alpha and quality "
+                                    "(None: all).")
+  batch_size: int = cli.field(64, "Batch of the quality decodes.")
+  alpha_batch: int = cli.field(16, "Rows per teacher-forced pass.")
+  timed_sentences: int = cli.field(16, "Sentences timed at batch 1.")
+  repeats: int = cli.field(3, "Timed rounds per decode (minimum).")
+  input_length: int = cli.field(48, "Input tokens (EOS included).")
+  max_new_tokens: int = cli.field(48, "Max new tokens.")
+  ngram_sentences: int | None = cli.field(None, "Multi30k train sentences for the "
+                                          "n-gram drafts (None: all).")
+  seed: int = cli.field(0, "Sampling seed.")
 
 
 # ------------------------------------------------------------------------------
@@ -95,26 +93,20 @@ _OUT = flags.DEFINE_string("out_dir", "out/bench_lenience", "Where the outputs g
 # ------------------------------------------------------------------------------
 def load_drafts(pair: str, names: Sequence[str] | None, vocab, vocab_size: int,
                 ngram_sentences: int | None) -> dict[str, Any]:
-  """The drafts by name: shipped ones from the pair, n-grams from Multi30k train.de as
-  `scripts/benchmark.py` builds them (ids of each sentence, then EOS)."""
+  """The drafts by name: shipped ones from the pair, n-grams from Multi30k train.de
+  (`drafts.t5_corpus`: ids of each sentence, then EOS)."""
   shipped = pretrained.drafts(pair)
   names = list(names) if names else list(shipped) + list(NGRAM_DRAFTS)
   unknown = [n for n in names if n not in shipped and n not in NGRAM_DRAFTS]
   if unknown:
     raise ValueError(f"drafts: unknown {unknown}; have "
                      f"{list(shipped) + list(NGRAM_DRAFTS)}")
-  corpus = None
-  out = {}
-  for name in names:
-    if name in shipped:
-      out[name] = pretrained.load_model(pair, name)
-      continue
-    if corpus is None:
-      lines = data.read_lines(data.MULTI30K_TRAIN_DE_FILE)[:ngram_sentences]
-      corpus = [vocab.encode(s) + [data.EOS_ID] for s in lines]
-    cls = ngram.Unigram if name == "unigram" else ngram.Bigram
-    out[name] = cls.from_corpus(corpus, vocab_size)
-  return out
+  out = {name: pretrained.load_model(pair, name) for name in names if name in shipped}
+  grams = [name for name in names if name in NGRAM_DRAFTS]
+  if grams:
+    corpus = drafts_lib.t5_corpus(vocab, "multi30k", limit=ngram_sentences)
+    out.update(drafts_lib.ngram_drafts(corpus, vocab_size, grams))
+  return {name: out[name] for name in names}
 
 
 
@@ -150,7 +142,7 @@ def _lenient_betas(target, draft, inputs, tokens, sampling, leniences):
   return jnp.stack(out)
 
 
-def teacher_forced_alpha(target, drafts, inputs, tokens, lengths, sampling,
+def lenient_alpha(target, drafts, inputs, tokens, lengths, sampling,
                          leniences, batch) -> dict[str, dict[float, float]]:
   """{draft: {l: mean beta_l over the outputs' positions}}, `batch` rows a pass."""
   sums = {d: np.zeros(len(leniences)) for d in drafts}
@@ -176,7 +168,7 @@ def decode_all(decode, inputs: np.ndarray, batch: int, key) -> dict[str, Any]:
   """Every input decoded in batches: tokens, lengths, log_probs and stats of the real
   rows, concatenated."""
   parts = []
-  for i, (x, size) in enumerate(benchmarking.batched(inputs, batch)):
+  for i, (x, size) in enumerate(measure.batched(inputs, batch)):
     out = decode(x, jax.random.fold_in(key, i))
     parts.append(jax.tree.map(lambda a, size=size: np.asarray(a)[:size], out))
   return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
@@ -207,7 +199,7 @@ def quality(vocab, out, references: Sequence[str], temperature: float,
 # ------------------------------------------------------------------------------
 # The run.
 # ------------------------------------------------------------------------------
-def run(*, pair: str, draft_names, leniences: Sequence[float],
+def run_lenience(*, pair: str, draft_names, leniences: Sequence[float],
         temperatures: Sequence[float], gammas: Sequence[int], sentences: int | None,
         batch: int, alpha_batch: int, timed_sentences: int, repeats: int,
         input_length: int, max_new_tokens: int, ngram_sentences: int | None,
@@ -216,7 +208,7 @@ def run(*, pair: str, draft_names, leniences: Sequence[float],
   target, _, vocab = pretrained.load_pair(pair)
   drafts = load_drafts(pair, draft_names, vocab, target.vocab_size, ngram_sentences)
   pairs = pretrained.test_sentences(pair)[:sentences]
-  inputs = benchmarking.encode_sources(vocab, [en for en, _ in pairs], input_length)
+  inputs = measure.encode_sources(vocab, [en for en, _ in pairs], input_length)
   references = [de for _, de in pairs]
   timed = [jnp.asarray(x)[None] for x in inputs[:timed_sentences]]
   key = jax.random.key(seed)
@@ -224,48 +216,48 @@ def run(*, pair: str, draft_names, leniences: Sequence[float],
   costs: dict[tuple[str, int], dict[str, float]] = {}
   for temperature in temperatures:
     sampling = SamplingConfig(temperature=temperature)
-    base = decode_all(benchmarking.autoregressive_decoder(
+    base = decode_all(measure.autoregressive_decoder(
         target, max_new_tokens, sampling, data.EOS_ID), inputs, batch, key)
     base_quality, base_rows, _ = quality(vocab, base, references, temperature)
     baselines.append(dict(temperature=temperature, **base_quality))
-    logging.warning("temperature %g baseline %s", temperature, base_quality)
-    tf = teacher_forced_alpha(target, drafts, inputs, base.tokens, base.lengths,
+    logging.getLogger(__name__).info("temperature %g baseline %s", temperature, base_quality)
+    tf = lenient_alpha(target, drafts, inputs, base.tokens, base.lengths,
                               sampling, leniences, alpha_batch)
     for name in drafts:
       alphas.append(dict(temperature=temperature, draft=name,
                          alpha={str(l): tf[name][l] for l in leniences}))
-      logging.warning("temperature %g %s alpha_l %s", temperature, name, tf[name])
+      logging.getLogger(__name__).info("temperature %g %s alpha_l %s", temperature, name, tf[name])
     greedy_rows = base_rows if sampling.greedy else None
     for name, draft in drafts.items():
       for gamma in gammas:
         if (name, gamma) not in costs:
-          costs[name, gamma] = benchmarking.step_costs(
+          costs[name, gamma] = measure.step_costs(
               target, draft, timed[0], gamma, max_new_tokens + gamma + 1,
               repeats=max(5, repeats))
         cost = costs[name, gamma]
-        decoders = {l: benchmarking.speculative_decoder(
+        decoders = {l: measure.speculative_decoder(
                         target, draft, gamma, max_new_tokens, sampling, data.EOS_ID,
                         lenience=l)
                     for l in leniences}
-        timing = benchmarking.time_decodes_paired(
-            dict(baseline=benchmarking.autoregressive_decoder(
+        timing = measure.time_decodes_paired(
+            dict(baseline=measure.autoregressive_decoder(
                 target, max_new_tokens, sampling, data.EOS_ID),
                  **{str(l): d for l, d in decoders.items()}), timed, key, repeats)
         base_s = timing["baseline"][0]
         for l, decode in decoders.items():
           out = decode_all(decode, inputs, batch, key)
           spec_quality, _, _ = quality(vocab, out, references, temperature, greedy_rows)
-          alpha_decode = benchmarking.pooled_alpha(out.stats)
+          alpha_decode = measure.pooled_alpha(out.stats)
           accepted = int(out.stats.accepted.sum())
           rejected = int(out.stats.rejected.sum())
           spec_s = timing[str(l)][0]
-          predicted = benchmarking.predicted_speedup(alpha_decode, gamma, cost["c"],
+          predicted = measure.predicted_speedup(alpha_decode, gamma, cost["c"],
                                                      cost["v"])
           row = dict(
               temperature=temperature, draft=name, gamma=gamma, lenience=l,
               alpha=tf[name][l], alpha_decode=alpha_decode,
               alpha_accepts=accepted / max(accepted + rejected, 1),
-              tokens_per_iteration=benchmarking.pooled_tokens_per_iteration(out.stats),
+              tokens_per_iteration=measure.pooled_tokens_per_iteration(out.stats),
               eq1=float(theory.expected_tokens(alpha_decode, gamma)),
               c=cost["c"], v=cost["v"], baseline_ms_per_token=base_s * 1e3,
               speculative_ms_per_token=spec_s * 1e3, speedup=base_s / spec_s,
@@ -274,7 +266,7 @@ def run(*, pair: str, draft_names, leniences: Sequence[float],
                   tf[name][l], PAPER_GAMMA, PAPER_C)),
               quality=spec_quality, quality_baseline=base_quality)
           rows.append(row)
-          logging.warning("%s", {k: (round(v, 3) if isinstance(v, float) else v)
+          logging.getLogger(__name__).info("%s", {k: (round(v, 3) if isinstance(v, float) else v)
                                  for k, v in row.items() if not k.startswith("quality")})
   best = []
   for temperature in temperatures:
@@ -382,50 +374,27 @@ def markdown(result: dict[str, Any]) -> str:
   return "\n".join(lines) + "\n"
 
 
-def _numbers(name: str, values: Sequence[str], kind, check=None) -> list:
-  try:
-    out = [kind(v) for v in values]
-  except ValueError as e:
-    raise ValueError(f"{name}: {values} are not all {kind.__name__}s") from e
-  if not out:
-    raise ValueError(f"{name}: give at least one value")
-  if check is not None:
-    out = [check(v) for v in out]
-  return out
+def run(config: Config) -> dict[str, Any]:
+  """Table 5 of the module doc for `config`."""
+  if not config.leniences or not config.temperatures:
+    raise ValueError("leniences and temperatures: give at least one value each")
+  leniences = [sample.check_lenience(l) for l in config.leniences]
+  if any(t < 0 for t in config.temperatures):
+    raise ValueError(f"temperatures must be >= 0, got {config.temperatures}")
+  cli.check_positive(config, "gammas", "batch_size", "alpha_batch", "timed_sentences",
+                     "repeats", "max_new_tokens")
+  if config.sentences is not None:
+    cli.check_positive(config, "sentences")
+  if config.input_length < 2:
+    raise ValueError(f"input_length must be >= 2, got {config.input_length}")
+  return run_lenience(
+      pair=config.pair, draft_names=list(config.drafts), leniences=leniences,
+      temperatures=list(config.temperatures), gammas=list(config.gammas),
+      sentences=config.sentences, batch=config.batch_size,
+      alpha_batch=config.alpha_batch, timed_sentences=config.timed_sentences,
+      repeats=config.repeats, input_length=config.input_length,
+      max_new_tokens=config.max_new_tokens, ngram_sentences=config.ngram_sentences,
+      seed=config.seed)
 
 
-def main(argv):
-  del argv
-  logging.set_verbosity(logging.WARNING)
-  leniences = _numbers("leniences", _LENIENCES.value, float, sample.check_lenience)
-  temperatures = _numbers("temperatures", _TEMPS.value, float)
-  if any(t < 0 for t in temperatures):
-    raise ValueError(f"temperatures must be >= 0, got {temperatures}")
-  gammas = _numbers("gammas", _GAMMAS.value, int)
-  for name, values in (("gammas", gammas), ("batch_size", [_BATCH.value]),
-                       ("alpha_batch", [_ALPHA_BATCH.value]),
-                       ("timed_sentences", [_TIMED.value]), ("repeats", [_REPEATS.value]),
-                       ("max_new_tokens", [_MAX_NEW.value])):
-    if any(v < 1 for v in values):
-      raise ValueError(f"{name} must be >= 1, got {values}")
-  if _SENTENCES.value is not None and _SENTENCES.value < 1:
-    raise ValueError(f"sentences must be >= 1, got {_SENTENCES.value}")
-  if _INPUT_LEN.value < 2:
-    raise ValueError(f"input_length must be >= 2, got {_INPUT_LEN.value}")
-  result = run(pair=_PAIR.value, draft_names=_DRAFTS.value, leniences=leniences,
-               temperatures=temperatures, gammas=gammas, sentences=_SENTENCES.value,
-               batch=_BATCH.value, alpha_batch=_ALPHA_BATCH.value,
-               timed_sentences=_TIMED.value, repeats=_REPEATS.value,
-               input_length=_INPUT_LEN.value, max_new_tokens=_MAX_NEW.value,
-               ngram_sentences=_NGRAM_N.value, seed=_SEED.value)
-  os.makedirs(_OUT.value, exist_ok=True)
-  with open(os.path.join(_OUT.value, "bench_lenience.json"), "w") as f:
-    json.dump(result, f, indent=2)
-  text = markdown(result)
-  with open(os.path.join(_OUT.value, "bench_lenience.md"), "w") as f:
-    f.write(text)
-  print(text)
-
-
-if __name__ == "__main__":
-  app.run(main)
+render = markdown

@@ -1,13 +1,14 @@
-"""specdec against a peer implementation: Hugging Face transformers' assisted generation.
+"""`python -m specdec.bench compare-hf`: specdec against a peer implementation,
+Hugging Face transformers' assisted generation.
 
-    python scripts/compare_hf.py [--hf_gamma=3] [--hf_sentences=16] [--hf_repeats=3]
-    python scripts/compare_hf.py --hf_pair=smollm2_135m_instruct [--hf_sentences=8]
+    python -m specdec.bench compare-hf [--gamma=3] [--sentences=16] [--repeats=3]
+    python -m specdec.bench compare-hf --pair=smollm2_135m_instruct [--sentences=8]
 
 Speculative decoding (Leviathan, Kalman & Matias, "Fast Inference from Transformers
 via Speculative Decoding", ICML 2023) is implemented by `specdec` (JAX, Algorithm 1
 compiled into one `lax.while_loop`) and by transformers (PyTorch, "assisted
 generation", whose greedy case accepts the draft's tokens up to the first one the
-target's argmax disagrees with: Algorithm 1 at temperature 0). This script exports
+target's argmax disagrees with: Algorithm 1 at temperature 0). This exports
 the shipped pair (`specdec.pretrained`) to transformers' `T5ForConditionalGeneration`
 with `specdec.checkpoints.save_hf` and decodes the same Multi30k test_2016 prompts,
 greedily, at batch 1, in float32, on the same CPU, with:
@@ -23,27 +24,27 @@ greedily, at batch 1, in float32, on the same CPU, with:
   * specdec_baseline: `specdec.autoregressive_sample` (greedy, eos_id=1);
   * specdec_speculative: `specdec.speculative_sample` with the same gamma.
 
-For each: ms per generated token (EOS included), the median over --hf_repeats timed
+For each: ms per generated token (EOS included), the median over --repeats timed
 runs of each prompt after one untimed run (warm-up and, for JAX, compilation), summed
 over prompts; its speed-up over its own implementation's baseline; target and draft
 forward calls; and whether its tokens equal the specdec baseline's on every prompt
 (they should: both decode greedily from start token 0 with the same weights). Then
 the specdec / transformers ratios: baseline ms/token, speculative / assisted
 ms/token, and speed-up over speed-up. torch runs under `torch.inference_mode()` with
-`torch.set_num_threads(os.cpu_count())`, the cores XLA's CPU backend uses. Writes
-`compare_hf.json` and `compare_hf.md` under --hf_out_dir and prints the table.
+`torch.set_num_threads(os.cpu_count())`, the cores XLA's CPU backend uses. Prints the
+table and writes it with the JSON (`--out`).
 
-`--hf_pair=smollm2_135m_instruct` runs the same comparison on the decoder-only pair
+`--pair=smollm2_135m_instruct` runs the same comparison on the decoder-only pair
 (`specdec.pretrained.load_pair`: SmolLM2-135M-Instruct and its distilled Llama draft)
 on the pair's held-out chat prompts (`pretrained.lm_eval_prompts`, the chat template
 applied with the assistant's generation prompt): transformers' `LlamaForCausalLM`
 loads the target from the same GGUF file (`pretrained.lm_path`, dequantized by
 transformers itself) and the draft from its shipped transformers directory
 (`pretrained.lm_draft_path`, checked to hold specdec's draft weights), both float32.
-Both implementations stop on the tokenizer's EOS, generate at most --hf_max_new_tokens
+Both implementations stop on the tokenizer's EOS, generate at most --max-new-tokens
 with no minimum length (`eos_token_id`, `min_length=0`, `min_new_tokens=None` passed
 to `generate`), and continue the same prompt ids: transformers gets them unpadded,
-specdec right-padded with the pad id to a multiple of --hf_lm_pad_multiple (its
+specdec right-padded with the pad id to a multiple of --lm-pad-multiple (its
 prefill then covers those few padding positions too). There, two more systems
 compare prompt lookup: hf_prompt_lookup (`generate(..., prompt_lookup_num_tokens=
 gamma, max_matching_ngram_size=4)`: copies of the context as drafts, no draft model)
@@ -54,7 +55,7 @@ draft, the pair's settings: the copy mixed into the draft's q).
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import os
 import platform
 import tempfile
@@ -65,9 +66,9 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 import transformers
-from absl import app, flags, logging
 
-from specdec import benchmarking, checkpoints, data, pretrained
+from specdec import checkpoints, data, pretrained
+from specdec.bench import cli, measure, report
 from specdec.distributions import SamplingConfig
 from specdec.sample import autoregressive_sample, speculative_sample
 
@@ -75,29 +76,31 @@ from specdec.sample import autoregressive_sample, speculative_sample
 LM_PAIR = "smollm2_135m_instruct"
 DEFAULT_PROMPTS = {"multi30k_ende": 16, LM_PAIR: 8}
 
-_PAIR = flags.DEFINE_string("hf_pair", "multi30k_ende",
-                            f"A shipped pair: multi30k_ende or {LM_PAIR}.")
-_SENTENCES = flags.DEFINE_integer("hf_sentences", None,
-                                  "Prompts: Multi30k test_2016 sentences (default 16), "
-                                  f"or {LM_PAIR}'s held-out chat prompts (default 8).")
-_GAMMA = flags.DEFINE_integer("hf_gamma", 3, "Draft tokens per iteration (both).")
-_MAX_NEW = flags.DEFINE_integer("hf_max_new_tokens", 48, "Tokens generated at most.")
-_INPUT_LEN = flags.DEFINE_integer("hf_input_length", 48, "Encoder length (specdec pads).")
-_REPEATS = flags.DEFINE_integer("hf_repeats", 3, "Timed runs per prompt (median).")
-_OUT = flags.DEFINE_string("hf_out_dir", "out/compare_hf", "Where the outputs go.")
-_PROGRESS = flags.DEFINE_bool("hf_progress", True, "Show a progress bar.")
-_THREADS = flags.DEFINE_integer(
-    "hf_torch_threads", 0, "torch.set_num_threads (0: os.cpu_count()). On a machine "
-    "where another job holds a core, torch's spinning OpenMP threads slow its decode "
-    "down by 10x at 2 threads (not at 1): measure on an idle machine.")
-_LM_PACKED = flags.DEFINE_bool(
-    "hf_lm_packed_weights", True, f"{LM_PAIR}: specdec's target and draft with packed "
-    "weights (`llama.Llama.with_packed_weights`, bfloat16 packs for the draft's "
-    "bfloat16 values; a no-op where specdec.kernels is not enabled).")
-_PAD_MULTIPLE = flags.DEFINE_integer(
-    "hf_lm_pad_multiple", 32, f"{LM_PAIR}: specdec's prompts are right-padded with the "
-    "pad id to a multiple of this (few compiled shapes); transformers gets them "
-    "unpadded.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  pair: str = cli.field("multi30k_ende", f"A shipped pair: multi30k_ende or {LM_PAIR}.")
+  sentences: int | None = cli.field(None, "Prompts: Multi30k test_2016 sentences "
+                                    f"(default 16), or {LM_PAIR}'s held-out chat "
+                                    "prompts (default 8).")
+  gamma: int = cli.field(3, "Draft tokens per iteration (both).")
+  max_new_tokens: int = cli.field(48, "Tokens generated at most.")
+  input_length: int = cli.field(48, "Encoder length (specdec pads).")
+  repeats: int = cli.field(3, "Timed runs per prompt (median).")
+  progress: bool = cli.field(True, "Show a progress bar.")
+  torch_threads: int = cli.field(
+      0, "torch.set_num_threads (0: os.cpu_count()). On a machine where another job "
+      "holds a core, torch's spinning OpenMP threads slow its decode down by 10x at 2 "
+      "threads (not at 1): measure on an idle machine.")
+  lm_packed_weights: bool = cli.field(
+      True, f"{LM_PAIR}: specdec's target and draft with packed weights "
+      "(`llama.Llama.with_packed_weights`; a no-op where specdec.kernels is not "
+      "enabled).")
+  lm_pad_multiple: int = cli.field(
+      32, f"{LM_PAIR}: specdec's prompts are right-padded with the pad id to a "
+      "multiple of this (few compiled shapes); transformers gets them unpadded.")
+
 
 GREEDY = SamplingConfig(temperature=0.0)
 HF_BASELINE = "hf_baseline"
@@ -207,7 +210,7 @@ def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int
   out = []
   for p in prompts:
     length = -(-len(p) // multiple) * multiple
-    out.append(benchmarking.right_pad([p], pad_id, length))
+    out.append(measure.right_pad([p], pad_id, length))
   return out
 
 
@@ -419,7 +422,7 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
     for name, (decode, _) in hf.items():
       with _count_forwards(hf_target, hf_draft) as calls:
         tokens = hf_tokens(decode(ids, mask), eos_id, start)
-      seconds = benchmarking.median_seconds(lambda: decode(ids, mask), repeats, warmup=0)
+      seconds = measure.median_seconds(lambda: decode(ids, mask), repeats, warmup=0)
       r = results[name]
       r["target_calls"] += calls[0]
       r["draft_calls"] += calls[1]
@@ -430,7 +433,7 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
     xj = jnp.asarray(x)
     for name, (decode, _) in sd.items():
       out = jax.block_until_ready(decode(xj))
-      seconds = benchmarking.median_seconds(lambda: decode(xj).tokens, repeats, warmup=0)
+      seconds = measure.median_seconds(lambda: decode(xj).tokens, repeats, warmup=0)
       tokens = specdec_tokens(out)
       r = results[name]
       r["target_calls"] += int(np.sum(out.stats.iterations))
@@ -528,19 +531,17 @@ def markdown(result: dict[str, Any]) -> str:
   header = ("system", "settings", "tokens", "ms/token", "speed-up (own baseline)",
             "target calls", "tokens/target call", "draft calls",
             f"identical to {agree['reference']}")
-  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  for name, r in result["systems"].items():
-    lines.append("| " + " | ".join([
-        name, _describe(name, r), str(r["tokens"]), f"{r['ms_per_token']:.3f}",
-        f"{r['speedup']:.2f}x", str(r["target_calls"]),
-        f"{r['tokens_per_target_call']:.2f}", str(r["draft_calls"]),
-        f"{r['identical_to_reference']}/{agree['prompts']}"]) + " |")
-  lines += ["", "| specdec / transformers | baseline ms/token | speculative ms/token | "
-            "speed-up |", "|---|---|---|---|"]
-  for q in result["ratios"]:
-    lines.append(f"| {q.get('specdec_system', SPECDEC_SPECULATIVE)} vs {q['hf_system']} | "
-                 f"{q['baseline_ms_per_token']:.3f} | {q['speculative_ms_per_token']:.3f} "
-                 f"| {q['speedup']:.3f} |")
+  lines = [report.markdown_table(header, [
+      [name, _describe(name, r), r["tokens"], f"{r['ms_per_token']:.3f}",
+       f"{r['speedup']:.2f}x", r["target_calls"], f"{r['tokens_per_target_call']:.2f}",
+       r["draft_calls"], f"{r['identical_to_reference']}/{agree['prompts']}"]
+      for name, r in result["systems"].items()])]
+  lines += ["", report.markdown_table(
+      ["specdec / transformers", "baseline ms/token", "speculative ms/token",
+       "speed-up"],
+      [[f"{q.get('specdec_system', SPECDEC_SPECULATIVE)} vs {q['hf_system']}",
+        f"{q['baseline_ms_per_token']:.3f}", f"{q['speculative_ms_per_token']:.3f}",
+        f"{q['speedup']:.3f}"] for q in result["ratios"]])]
   if s.get("family") == "decoder-only":
     shape = (f"chat prompts of {min(s['prompt_tokens'])}-{max(s['prompt_tokens'])} "
              f"tokens, right-padded for specdec to {sorted(set(s['input_lengths']))}, "
@@ -559,19 +560,7 @@ def markdown(result: dict[str, Any]) -> str:
   return "\n".join(lines)
 
 
-def _write(result: dict[str, Any], pair: str) -> None:
-  table = markdown(result)
-  os.makedirs(_OUT.value, exist_ok=True)
-  with open(os.path.join(_OUT.value, "compare_hf.json"), "w") as f:
-    json.dump(result, f, indent=2)
-  with open(os.path.join(_OUT.value, "compare_hf.md"), "w") as f:
-    f.write(f"# specdec vs transformers {transformers.__version__}: {pair}\n\n"
-            + table + "\n")
-  print(f"\nspecdec vs transformers assisted generation, {pair}\n")
-  print(table)
-
-
-def main_lm(pair: str, num: int) -> dict[str, Any]:
+def run_lm(config: Config, pair: str, num: int) -> dict[str, Any]:
   """The decoder-only pair on its held-out chat prompts (module doc)."""
   # Assisted generation needs a draft over the target's whole vocabulary: the
   # shipped one transformers can run (`pretrained.lm_transformers_draft`), for both.
@@ -580,17 +569,18 @@ def main_lm(pair: str, num: int) -> dict[str, Any]:
   messages = list(pretrained.lm_eval_prompts(pair))[:num]
   # transformers gets the draft's weights checked against the unpacked model.
   hf_target, hf_draft = load_hf_lm_pair(pair, draft, draft_name)
-  if _LM_PACKED.value:
+  if config.lm_packed_weights:
     target, draft = target.with_packed_weights(), draft.with_packed_weights()
   ids = [tok.apply_chat_template([{"role": "user", "content": m}],
                                  add_generation_prompt=True) for m in messages]
-  prompts = pad_prompts(ids, target.pad_id, _PAD_MULTIPLE.value)
-  result = run_comparison(target, draft, hf_target, hf_draft, prompts, _GAMMA.value,
-                          _MAX_NEW.value, _REPEATS.value, threads=_THREADS.value or None,
-                          progress=_PROGRESS.value, eos_id=tok.eos_id,
+  prompts = pad_prompts(ids, target.pad_id, config.lm_pad_multiple)
+  result = run_comparison(target, draft, hf_target, hf_draft, prompts, config.gamma,
+                          config.max_new_tokens, config.repeats,
+                          threads=config.torch_threads or None,
+                          progress=config.progress, eos_id=tok.eos_id,
                           pad_id=target.pad_id,
                           lookup_draft=pretrained.with_context_lookup(pair, draft))
-  result["settings"].update(pad_multiple=_PAD_MULTIPLE.value,
+  result["settings"].update(pad_multiple=config.lm_pad_multiple,
                             specdec_packed_weights=dict(
                                 target=target.packed is not None,
                                 draft=draft.packed is not None),
@@ -603,31 +593,37 @@ def main_lm(pair: str, num: int) -> dict[str, Any]:
   return result
 
 
-def main(argv):
-  del argv
-  logging.set_verbosity(logging.WARNING)
-  pair = _PAIR.value
-  num = _SENTENCES.value if _SENTENCES.value is not None else DEFAULT_PROMPTS.get(pair, 16)
+def run(config: Config) -> dict[str, Any]:
+  """The comparison of the module doc on `config.pair`."""
+  pair = config.pair
+  if pair not in DEFAULT_PROMPTS:
+    raise ValueError(f"pair: {pair!r} is not one of {list(DEFAULT_PROMPTS)}")
+  cli.check_positive(config, "gamma", "max_new_tokens", "input_length", "repeats",
+                     "lm_pad_multiple")
+  num = config.sentences if config.sentences is not None else DEFAULT_PROMPTS[pair]
+  if num < 1:
+    raise ValueError(f"sentences must be >= 1, got {num}")
   with jax.default_device(jax.local_devices(backend="cpu")[0]):
     if pair == LM_PAIR:
-      result = main_lm(pair, num)
+      result = run_lm(config, pair, num)
     else:
       target, draft, vocab = pretrained.load_pair(pair)
       sentences = pretrained.test_sentences(pair)[:num]
-      prompts = [vocab.encode_padded(data.TRANSLATE_PREFIX + en, _INPUT_LEN.value)
+      prompts = [vocab.encode_padded(data.TRANSLATE_PREFIX + en, config.input_length)
                  for en, _ in sentences]
       with tempfile.TemporaryDirectory() as tmp:
         hf_target, hf_draft = export_pair(target, draft, tmp)
         result = run_comparison(target, draft, hf_target, hf_draft, prompts,
-                                _GAMMA.value, _MAX_NEW.value, _REPEATS.value,
-                                threads=_THREADS.value or None,
-                                progress=_PROGRESS.value)
+                                config.gamma, config.max_new_tokens, config.repeats,
+                                threads=config.torch_threads or None,
+                                progress=config.progress)
       result["examples"] = [dict(source=en, reference=de, output=vocab.decode(ids))
                             for (en, de), ids in zip(sentences[:3],
                                                      result["reference_tokens"])]
   result["settings"]["pair"] = pair
-  _write(result, pair)
+  return result
 
 
-if __name__ == "__main__":
-  app.run(main)
+def render(result: dict[str, Any]) -> str:
+  return (f"specdec vs transformers {result['settings']['transformers']} assisted "
+          f"generation, {result['settings']['pair']}\n\n" + markdown(result))

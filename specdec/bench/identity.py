@@ -1,4 +1,5 @@
-r"""How often greedy speculative decoding reproduces the greedy decode, and why not.
+r"""`python -m specdec.bench identity`: how often greedy speculative decoding
+reproduces the greedy decode, and why not.
 
 At temperature 0, speculative decoding (Leviathan et al. 2023, Section 2.3) outputs the
 target's greedy decode *if* a (gamma + 1)-token verification chunk gives the same
@@ -24,55 +25,48 @@ reports
 Two model families, one measurement (`measure` sees only `DecodeModel`s, whose
 `start_tokens` say what the teacher-forced passes feed first):
 
-* `--identity_pair=multi30k_ende` (default): the shipped T5 pair
-  (`pretrained.load_pair`) on Multi30k test_2016 sentences, with the shipped draft `--identity_draft`.
-* `--identity_pair=smollm2_135m_instruct`: the decoder-only SmolLM2-135M-Instruct
+* `--pair=multi30k_ende` (default): the shipped T5 pair
+  (`pretrained.load_pair`) on Multi30k test_2016 sentences, with the shipped draft `--draft`.
+* `--pair=smollm2_135m_instruct`: the decoder-only SmolLM2-135M-Instruct
   (`pretrained.load_lm`, a `llama.Llama` reading right-padded prompts) on chat prompts
   "Summarize: <the first sentences of a CNN/DM article>" and "Translate to German:
-  <a newstest2014 source>" (alternating, at most `--identity_max_prompt_tokens` tokens
-  with the chat template), with same-vocabulary drafts (`--identity_lm_drafts`): 'bigram'
+  <a newstest2014 source>" (alternating, at most `--max-prompt-tokens` tokens
+  with the chat template), with same-vocabulary drafts (`--lm-drafts`): 'bigram'
   (`ngram.Bigram`, estimated from the tokenized text of the shipped articles and
   German newstest2014 references that are not prompts) and 'tiny_llama' (a random
   `llama.tiny_config` Llama over the target's vocabulary: nearly every draft is
   rejected, so verification chunks start at every position).
 
-It prints a table and writes JSON. Check runs:
+It prints a table and writes JSON (`--out`). Check runs:
 
-  python scripts/bench_identity.py --identity_num_sentences=2 --identity_json=/tmp/identity.json
-  python scripts/bench_identity.py --identity_pair=smollm2_135m_instruct --identity_num_sentences=2 \
-      --identity_max_new_tokens=8 --identity_dtypes=float32 --identity_json=/tmp/identity_lm.json
+  python -m specdec.bench identity --num-sentences=2 --out=/tmp/identity.json
+  python -m specdec.bench identity --pair=smollm2_135m_instruct --num-sentences=2 \
+      --max-new-tokens=8 --dtypes=float32 --out=/tmp/identity_lm.json
 
 Full runs (bfloat16 is emulated on a CPU, ~6x slower than float32 there):
 
-  python scripts/bench_identity.py --identity_num_sentences=1000 --identity_json=out/bench_identity.json
-  python scripts/bench_identity.py --identity_pair=smollm2_135m_instruct \
-      --identity_dtypes=float32,bfloat16 --identity_num_sentences=8 \
-      --identity_max_new_tokens=32 --identity_gammas=4 \
-      --identity_json=out/bench_identity_smollm2.json
-
-Every flag is prefixed `identity_`: the tests import this script, the demo and the
-other scripts into one process, where absl's flags share one registry.
+  python -m specdec.bench identity --num-sentences=1000
+  python -m specdec.bench identity --pair=smollm2_135m_instruct \
+      --dtypes=float32,bfloat16 --num-sentences=8 --max-new-tokens=32 --gammas=4 \
+      --out=out/identity_smollm2.json
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import os
 import re
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from absl import app
-from absl import flags
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import specdec
-from specdec import benchmarking, data, pretrained
-from specdec.models import llama, ngram
+from specdec import data, pretrained
+from specdec.bench import cli, drafts as drafts_lib, measure as measure_lib, report
+from specdec.models import llama
 from specdec.models.base import DecodeModel
 
 T5_PAIR, LM_PAIR = 'multi30k_ende', 'smollm2_135m_instruct'
@@ -84,31 +78,33 @@ LM_TASKS = ('cnndm', 'wmt_ende')
 # The chat prompts' instructions, before the shipped text.
 LM_INSTRUCTIONS = {'cnndm': 'Summarize: ', 'wmt_ende': 'Translate to German: '}
 
-_PAIR = flags.DEFINE_enum('identity_pair', T5_PAIR, list(DEFAULTS), 'A shipped target.')
-_DRAFT = flags.DEFINE_string('identity_draft', 'draft_distilled',
-                             'T5 pair: which shipped draft.')
-_LM_DRAFTS = flags.DEFINE_list('identity_lm_drafts', list(LM_DRAFTS),
-                               f'LM target: drafts, of {list(LM_DRAFTS)}.')
-_LM_TASKS = flags.DEFINE_list('identity_lm_tasks', list(LM_TASKS),
-                              f'LM target: prompt kinds, alternating, of {list(LM_TASKS)}.')
-_MAX_PROMPT = flags.DEFINE_integer('identity_max_prompt_tokens', 96,
-                                   'LM target: prompt tokens at most (chat template '
-                                   'included).')
-_NUM = flags.DEFINE_integer('identity_num_sentences', None,
-                            'Prompts (from the first); default 1000 (T5) or 8 (LM).')
-_GAMMAS = flags.DEFINE_list('identity_gammas', None,
-                            'Draft tokens per iteration; default 4,7 (T5) or 4 (LM).')
-_DTYPES = flags.DEFINE_list('identity_dtypes', ['float32', 'bfloat16'],
-                            'Parameter and activation dtypes of the models.')
-_BATCH = flags.DEFINE_integer('identity_batch', 32, 'Prompts per decode call.')
-_MAX_NEW = flags.DEFINE_integer('identity_max_new_tokens', None,
-                                'Tokens generated at most; default 40 (T5), 32 (LM).')
-_INPUT_LEN = flags.DEFINE_integer('identity_input_length', 48, 'T5: encoder length (padded).')
-_PER_POSITION = flags.DEFINE_integer(
-    'identity_per_position_logits', None, "T5: the target's `T5.per_position_logits`; default: "
-    "`pretrained.load_model`'s (6 on a CPU, 0 elsewhere).")
-_SEED = flags.DEFINE_integer('identity_seed', 0, "LM target: the 'tiny_llama' draft's seed.")
-_OUTPUT = flags.DEFINE_string('identity_json', 'out/bench_identity.json', 'JSON output.')
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  pair: str = cli.field(T5_PAIR, f"A shipped target: {', '.join(DEFAULTS)}.")
+  draft: str = cli.field("draft_distilled", "T5 pair: which shipped draft.")
+  lm_drafts: tuple[str, ...] = cli.field(LM_DRAFTS, f"LM target: drafts, of "
+                                         f"{list(LM_DRAFTS)}.")
+  lm_tasks: tuple[str, ...] = cli.field(LM_TASKS, f"LM target: prompt kinds, "
+                                        f"alternating, of {list(LM_TASKS)}.")
+  max_prompt_tokens: int = cli.field(96, "LM target: prompt tokens at most (chat "
+                                     "template included).")
+  num_sentences: int | None = cli.field(None, "Prompts (from the first); default 1000 "
+                                        "(T5) or 8 (LM).")
+  gammas: tuple[int, ...] | None = cli.field(None, "Draft tokens per iteration; "
+                                             "default 4,7 (T5) or 4 (LM).")
+  dtypes: tuple[str, ...] = cli.field(("float32", "bfloat16"), "Parameter and "
+                                      "activation dtypes of the models.")
+  batch: int = cli.field(32, "Prompts per decode call.")
+  max_new_tokens: int | None = cli.field(None, "Tokens generated at most; default 40 "
+                                         "(T5), 32 (LM).")
+  input_length: int = cli.field(48, "T5: encoder length (padded).")
+  per_position_logits: int | None = cli.field(
+      None, "T5: the target's `T5.per_position_logits`; default: "
+      "`pretrained.load_model`'s (6 on a CPU, 0 elsewhere).")
+  seed: int = cli.field(0, "LM target: the 'tiny_llama' draft's seed.")
+
 
 GREEDY = specdec.SamplingConfig(temperature=0.0)
 
@@ -222,7 +218,7 @@ def lm_prompts(tok, tasks: Sequence[str], num: int, max_prompt_tokens: int
 
 # Ragged decoder-only prompts, right-padded with the target's pad_id (one copy, shared
 # with the other benchmarks).
-right_pad = benchmarking.right_pad
+right_pad = measure_lib.right_pad
 
 
 def tiny_llama_draft(target: llama.Llama, dtype, seed: int) -> llama.Llama:
@@ -266,9 +262,9 @@ def lm_workload(name: str, drafts: Sequence[str], tasks: Sequence[str], num: int
   if 'bigram' in drafts:
     # No start token: both models are fed the target's start token, the prompt's
     # last; the draft's row for it is learnt from the corpus like any other.
-    bigram = ngram.Bigram.from_corpus(
+    bigram = drafts_lib.ngram_drafts(
         [tok.encode(text, add_special_tokens=False) + [tok.eos_id] for text in corpus],
-        target.vocab_size, start_token=None)
+        target.vocab_size, ['bigram'], start_token=None)['bigram']
 
   def load(dtype):
     model = target if jnp.dtype(dtype) == jnp.float32 else load_lm(name, dtype=dtype)[0]
@@ -481,41 +477,39 @@ def measure(target: DecodeModel, drafts: Mapping[str, DecodeModel], inputs: np.n
 
 
 def format_table(results: dict[str, Any]) -> str:
-  lines = [f'{results["pair"]} target, {results["prompts"]}, greedy, batch '
-           f'{results["batch"]}, {results["max_new_tokens"]} new tokens, '
-           f'{results["backend"]}',
-           '| dtype | draft | gamma | identical | rate | acceptance | '
-           'max abs(chunk - single) | positions with top-2 gap below it | '
-           'min top-2 gap |',
-           '|---|---|---|---|---|---|---|---|---|']
-  details = []
+  head = (f'{results["pair"]} target, {results["prompts"]}, greedy, batch '
+          f'{results["batch"]}, {results["max_new_tokens"]} new tokens, '
+          f'{results["backend"]}')
+  rows, details = [], []
   for dtype, r in results['dtypes'].items():
     for name, runs in r['drafts'].items():
       for g, m in runs.items():
         c = r['gammas'][g]
-        lines.append(f'| {dtype} | {name} | {g} | {m["identical"]}/{m["rows"]} | '
-                     f'{m["identity_rate"]:.3f} | {m["acceptance"]:.2f} | '
-                     f'{c["max_abs_chunk_minus_single"]:.2e} | '
-                     f'{c["positions_with_gap_below_max_diff"]}/{r["positions"]} | '
-                     f'{r["min_top2_gap"]:.2e} |')
-        details += [(dtype, name, g, x) for x in m['mismatches']]
+        rows.append([dtype, name, g, f'{m["identical"]}/{m["rows"]}',
+                     f'{m["identity_rate"]:.3f}', f'{m["acceptance"]:.2f}',
+                     f'{c["max_abs_chunk_minus_single"]:.2e}',
+                     f'{c["positions_with_gap_below_max_diff"]}/{r["positions"]}',
+                     f'{r["min_top2_gap"]:.2e}'])
+        details += [[dtype, name, g, x['row'], x['position'], x['baseline_token'],
+                     x['speculative_token'], f'{x["single_top2_gap"]:.2e}',
+                     f'{x["single_margin_baseline_over_speculative"]:.2e}',
+                     f'{x["max_abs_chunk_minus_single"]:.2e}',
+                     x['chunk_argmax_is_speculative_token']] for x in m['mismatches']]
+  text = head + '\n' + report.markdown_table(
+      ['dtype', 'draft', 'gamma', 'identical', 'rate', 'acceptance',
+       'max abs(chunk - single)', 'positions with top-2 gap below it',
+       'min top-2 gap'], rows)
   if details:
-    lines += ['', 'Mismatches (single-step logits at the first differing position j):',
-              '| dtype | draft | gamma | row | j | base tok | spec tok | top-2 gap | '
-              'margin base - spec | max abs(chunk - single) at j | chunk gives spec |',
-              '|---|---|---|---|---|---|---|---|---|---|---|']
-    for dtype, name, g, x in details:
-      lines.append(f'| {dtype} | {name} | {g} | {x["row"]} | {x["position"]} | '
-                   f'{x["baseline_token"]} | {x["speculative_token"]} | '
-                   f'{x["single_top2_gap"]:.2e} | '
-                   f'{x["single_margin_baseline_over_speculative"]:.2e} | '
-                   f'{x["max_abs_chunk_minus_single"]:.2e} | '
-                   f'{x["chunk_argmax_is_speculative_token"]} |')
-  return '\n'.join(lines)
+    text += ('\n\nMismatches (single-step logits at the first differing position '
+             'j):\n' + report.markdown_table(
+                 ['dtype', 'draft', 'gamma', 'row', 'j', 'base tok', 'spec tok',
+                  'top-2 gap', 'margin base - spec', 'max abs(chunk - single) at j',
+                  'chunk gives spec'], details))
+  return text
 
 
-def run(workload: Workload, dtypes: Sequence[str], gammas: list[int], batch: int,
-        max_new_tokens: int) -> dict[str, Any]:
+def run_workload(workload: Workload, dtypes: Sequence[str], gammas: list[int],
+                 batch: int, max_new_tokens: int) -> dict[str, Any]:
   """`measure` in each dtype; the results with the settings."""
   batch = min(batch, len(workload.inputs))
   results = {'pair': workload.pair, 'prompts': workload.prompts,
@@ -533,42 +527,29 @@ def run(workload: Workload, dtypes: Sequence[str], gammas: list[int], batch: int
   return results
 
 
-def main(argv):
-  del argv
-  default_num, default_new, default_gammas = DEFAULTS[_PAIR.value]
-  num = default_num if _NUM.value is None else _NUM.value
-  max_new = default_new if _MAX_NEW.value is None else _MAX_NEW.value
-  for name, value in (('num_sentences', num), ('batch', _BATCH.value),
-                      ('max_new_tokens', max_new),
-                      ('max_prompt_tokens', _MAX_PROMPT.value)):
-    if value < 1:
-      raise app.UsageError(f'--{name} must be >= 1, got {value}')
-  gamma_flags = default_gammas if _GAMMAS.value is None else _GAMMAS.value
-  try:
-    gammas = [int(g) for g in gamma_flags]
-  except ValueError:
-    raise app.UsageError(f'--identity_gammas must be positive ints, got {gamma_flags}') from None
-  if not gammas or min(gammas) < 1:
-    raise app.UsageError(f'--identity_gammas must be positive ints, got {gamma_flags}')
-  for dtype in _DTYPES.value:
-    if dtype not in ('float32', 'bfloat16'):
-      raise app.UsageError(f'--identity_dtypes: float32 or bfloat16, got {dtype!r}')
-  if _PAIR.value == T5_PAIR:
-    workload = t5_workload(_PAIR.value, _DRAFT.value, num, _INPUT_LEN.value,
-                           _PER_POSITION.value)
+def run(config: Config) -> dict[str, Any]:
+  """The identity measurement of the module doc, with the family's defaults."""
+  if config.pair not in DEFAULTS:
+    raise ValueError(f"pair: {config.pair!r} is not one of {list(DEFAULTS)}")
+  default_num, default_new, default_gammas = DEFAULTS[config.pair]
+  config = dataclasses.replace(
+      config, num_sentences=config.num_sentences or default_num,
+      max_new_tokens=config.max_new_tokens or default_new,
+      gammas=config.gammas or tuple(int(g) for g in default_gammas))
+  cli.check_positive(config, "num_sentences", "batch", "max_new_tokens",
+                     "max_prompt_tokens", "gammas")
+  for dtype in config.dtypes:
+    if dtype not in ("float32", "bfloat16"):
+      raise ValueError(f"dtypes: float32 or bfloat16, got {dtype!r}")
+  if config.pair == T5_PAIR:
+    workload = t5_workload(config.pair, config.draft, config.num_sentences,
+                           config.input_length, config.per_position_logits)
   else:
-    try:
-      workload = lm_workload(_PAIR.value, _LM_DRAFTS.value, _LM_TASKS.value, num,
-                             _MAX_PROMPT.value, seed=_SEED.value)
-    except ValueError as e:
-      raise app.UsageError(str(e)) from e
-  results = run(workload, _DTYPES.value, gammas, _BATCH.value, max_new)
-  print(format_table(results))
-  os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
-  with open(_OUTPUT.value, 'w') as f:
-    json.dump(results, f, indent=2)
-  print(f'wrote {_OUTPUT.value}')
+    workload = lm_workload(config.pair, config.lm_drafts, config.lm_tasks,
+                           config.num_sentences, config.max_prompt_tokens,
+                           seed=config.seed)
+  return run_workload(workload, config.dtypes, list(config.gammas), config.batch,
+                      config.max_new_tokens)
 
 
-if __name__ == '__main__':
-  app.run(main)
+render = format_table
