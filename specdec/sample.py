@@ -307,7 +307,7 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
                                                 sampling, lenience)
     # Commit x_1..x_n, t: the chunk's slots past n hold t too and are never read.
     chunk = jnp.where(jnp.arange(gamma + 1)[None] < n[:, None],
-                      jnp.concatenate([x, x[:, :1]], axis=1), t[:, None])
+                      jnp.concatenate([x, t[:, None]], axis=1), t[:, None])
     chunk_log_probs = (jnp.zeros(chunk.shape, jnp.float32) if p is None
                        else verify.log_probs(verify.take(p, chunk)))
     proposer_state = proposer.commit(proposer_state, chunk, n, gamma, chunk_features,
@@ -330,7 +330,7 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
     if len(branches) == 1:
       index, out = jnp.int32(0), branches[0](s, keys, r, active)
     else:
-      index = _choose(rule, alpha_hat, active, keys, r)
+      index = _choose(rule, alpha_hat, active, jnp.max(s.stats.iterations), keys, r)
       out = jax.lax.switch(index, branches, s, keys, r, active)
     target_state, proposer_state, n, chunk, chunk_log_probs, betas, observed, bad = out
     gamma = jnp.asarray(rule.gammas, jnp.int32)[index]
@@ -377,10 +377,12 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
                       log_probs=log_probs)
 
 
-def _choose(rule: AutoGamma, alpha_hat: Array, active: Array, keys: Array, r) -> Array:
-  """The gamma of this iteration, from the past only (`alpha_hat`): this iteration's
-  `keys` and uniforms `r` are not read, which is what keeps the law exact."""
-  del keys, r
+def _choose(rule: AutoGamma, alpha_hat: Array, active: Array, step: Array, keys: Array,
+            r) -> Array:
+  """The index of this iteration's gamma in `rule.gammas`, from the past only
+  (`alpha_hat`); this iteration's `keys` and uniforms `r` are not read, which is what
+  keeps the law exact (`step`, the iterations run so far, is not needed either)."""
+  del step, keys, r
   return adaptive.choose(rule, alpha_hat, active)
 
 

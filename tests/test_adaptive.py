@@ -1,0 +1,284 @@
+"""AutoGamma: gamma per iteration by Theorem 3.8's rule, exact, in one compiled loop.
+
+Statistical tests use fixed seeds, so they are deterministic; each chi-square test
+rejects at p < 1e-3, a false-alarm rate of 0.1% under fresh randomness.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import specdec
+from specdec import adaptive, sample as sample_lib, theory
+from specdec.adaptive import AutoGamma, StepCosts
+from specdec.distributions import SamplingConfig
+from test_sample import (CHI2_PVALUE, GREEDY, bigram_model, chi_square_pvalue,
+                         context_model, exact_sequence_distribution)
+
+VOCAB, NUM_NEW, INSTANCES = 5, 4, 20_000
+
+
+def varying_tables(seed=7):
+  """A bigram target and a draft that equals it after tokens 0-1 and is far from it
+  after 2-4: alpha varies along the sequence with the previous token."""
+  rng = np.random.default_rng(seed)
+  target = (rng.standard_normal((VOCAB, VOCAB)) * 1.5).astype(np.float32)
+  draft = target.copy()
+  draft[2:] = (rng.standard_normal((3, VOCAB)) * 3.0).astype(np.float32)
+  return target, draft
+
+
+# c = 0.6: gamma 3 pays only for alpha above ~0.72, gamma 1 above 0.6.
+RULE = AutoGamma(gammas=(0, 1, 3), costs=(1.0, 1.6, 2.8), prior=1.0, prior_weight=0.5,
+                 decay=0.3)
+
+
+def vmapped_decode(target, draft, rule, sampling, seed):
+  """INSTANCES independent decodes of batch 1 (each its own gamma choices)."""
+  inputs = jnp.ones((1, 1), jnp.int32)
+
+  def one(key):
+    return sample_lib._speculative_jit(target, draft, inputs, key, gamma=rule,  # pylint: disable=protected-access
+                                       max_new_tokens=NUM_NEW, sampling=sampling,
+                                       eos_id=None)
+
+  out = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(seed), INSTANCES))
+  return np.asarray(out.tokens[:, 0]), out
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(1.0),
+                                      SamplingConfig(0.8, top_k=4, top_p=0.9)],
+                         ids=["temperature_1", "top_k_top_p"])
+def test_adaptive_sequences_follow_the_target_distribution(sampling):
+  target_table, draft_table = varying_tables()
+  samples, out = vmapped_decode(bigram_model(target_table), bigram_model(draft_table),
+                                RULE, sampling, seed=11)
+  counts = np.asarray(out.stats.gamma_counts).sum(axis=(0, 1))
+  assert np.count_nonzero(counts) == 3, counts  # every gamma was chosen somewhere
+  dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, None)
+  assert chi_square_pvalue(samples, dist) > CHI2_PVALUE
+
+
+def test_negative_control_a_choice_that_reads_this_iterations_draws_is_detected(
+    monkeypatch):
+  """The same test must reject a rule that looks at the current iteration's uniforms:
+  drafting only when r_1 < 1/2 accepts x_1 with probability min(1, 2 p / q)."""
+  sampling = SamplingConfig(1.0)
+  target_table, draft_table = varying_tables()
+  dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, None)
+  peek = lambda rule, alpha, active, step, keys, r: jnp.where(  # noqa: E731
+      r[0, 0] < 0.5, len(rule.gammas) - 1, 0).astype(jnp.int32)
+  monkeypatch.setattr(sample_lib, "_choose", peek)
+  jax.clear_caches()
+  try:
+    samples, _ = vmapped_decode(bigram_model(target_table), bigram_model(draft_table),
+                                RULE, sampling, seed=11)
+  finally:
+    monkeypatch.undo()
+    jax.clear_caches()
+  assert chi_square_pvalue(samples, dist) < CHI2_PVALUE
+
+
+def test_a_batch_shares_one_gamma_and_keeps_the_law():
+  """Batch 100k: one chunk length per target call, the rows' law unchanged."""
+  sampling = SamplingConfig(1.0)
+  target_table, draft_table = varying_tables()
+  out = specdec.speculative_sample(
+      bigram_model(target_table), bigram_model(draft_table),
+      jnp.ones((100_000, 1), jnp.int32), jax.random.key(5), gamma=RULE,
+      max_new_tokens=NUM_NEW, sampling=sampling)
+  dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, None)
+  assert chi_square_pvalue(np.asarray(out.tokens), dist) > CHI2_PVALUE
+  assert int(out.stats.iterations.sum()) == int(out.stats.gamma_counts.sum())
+
+
+# -------------------------------------------------------------- temperature 0: greedy Mp
+
+
+PATTERN = (0, 0, 0, 0, 0, 2, 0, 1, 2, 2, 0, 0)  # indices into (0, 1, 3)
+
+
+def scripted(monkeypatch):
+  """A past-only schedule that makes `pending` fill up and be fed (five gamma-0
+  iterations in a row) and then speculates again."""
+  pattern = jnp.asarray(PATTERN, jnp.int32)
+  monkeypatch.setattr(sample_lib, "_choose", lambda rule, alpha, active, step, keys, r:
+                      pattern[step % len(PATTERN)])
+  jax.clear_caches()
+
+
+@pytest.mark.parametrize("schedule", ["rule", "scripted"])
+def test_greedy_adaptive_equals_greedy_target_on_causal_lms(schedule, monkeypatch):
+  target = context_model(jax.random.key(0), 11)
+  draft = context_model(jax.random.key(1), 11)
+  if schedule == "scripted":
+    scripted(monkeypatch)
+  inputs = jnp.asarray(np.random.default_rng(3).integers(0, 11, (4, 3)), jnp.int32)
+  spec = specdec.speculative_sample(target, draft, inputs, jax.random.key(0), gamma=RULE,
+                                    max_new_tokens=20, sampling=GREEDY, eos_id=2)
+  base = specdec.autoregressive_sample(target, inputs, jax.random.key(1),
+                                       max_new_tokens=20, sampling=GREEDY, eos_id=2)
+  monkeypatch.undo()
+  jax.clear_caches()
+  np.testing.assert_array_equal(spec.tokens, base.tokens)
+  np.testing.assert_array_equal(spec.lengths, base.lengths)
+  assert np.count_nonzero(np.asarray(spec.stats.gamma_counts).sum(0)) >= 2
+
+
+def test_a_scripted_past_only_schedule_keeps_the_law(monkeypatch):
+  """Gamma-0 runs long enough to fill the draft's pending chunk, then drafts again."""
+  sampling = SamplingConfig(1.0)
+  target_table, draft_table = varying_tables()
+  scripted(monkeypatch)
+  try:
+    out = specdec.speculative_sample(
+        bigram_model(target_table), bigram_model(draft_table),
+        jnp.ones((100_000, 1), jnp.int32), jax.random.key(9), gamma=RULE,
+        max_new_tokens=8, sampling=sampling)
+  finally:
+    monkeypatch.undo()
+    jax.clear_caches()
+  tokens = np.asarray(out.tokens)
+  # Tokens 6-8 come after five gamma-0 iterations and the feeds they forced.
+  dist = exact_sequence_distribution(target_table, 1, 8, sampling, None)
+  marginal = {}
+  for seq, prob in dist.items():
+    marginal[seq[5:]] = marginal.get(seq[5:], 0.0) + prob
+  assert chi_square_pvalue(tokens[:, 5:], marginal) > CHI2_PVALUE
+
+
+def test_greedy_adaptive_equals_greedy_target_on_llama_and_t5():
+  from test_llama import ragged_inputs, tiny_model as tiny_llama  # pylint: disable=import-outside-toplevel
+  from t5_helpers import random_inputs, tiny_model as tiny_t5  # pylint: disable=import-outside-toplevel
+  rule = AutoGamma.from_c(0.3, gammas=(0, 1, 2, 4), prior=0.9, decay=0.5)
+  llama_target = tiny_llama(0, num_layers=2)
+  llama_draft = tiny_llama(1, hidden_size=16, num_heads=2, num_kv_heads=1,
+                           intermediate_size=32, num_layers=1, tie_word_embeddings=True)
+  t5_target, t5_draft = tiny_t5(seed=1), tiny_t5(seed=2)
+  cases = [(llama_target, llama_draft,
+            ragged_inputs(4, 6, llama_target.vocab_size, [6, 2, 4, 5], seed=8)),
+           (t5_target, t5_draft, random_inputs(3, 7, t5_target.vocab_size, seed=4))]
+  for target, draft, x in cases:
+    spec = specdec.speculative_sample(target, draft, x, jax.random.key(1), gamma=rule,
+                                      max_new_tokens=16, sampling=GREEDY, eos_id=3)
+    base = specdec.autoregressive_sample(target, x, jax.random.key(2), max_new_tokens=16,
+                                         sampling=GREEDY, eos_id=3)
+    np.testing.assert_array_equal(spec.tokens, base.tokens)
+    np.testing.assert_array_equal(spec.lengths, base.lengths)
+
+
+# ----------------------------------------------------------------------------- the rule
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.2, 0.5, 0.7, 0.8, 0.9, 0.99, 1.0])
+@pytest.mark.parametrize("c", [0.0, 0.02, 0.1, 0.3, 0.8])
+def test_the_choice_is_theorem_3_8s_argmax(alpha, c):
+  rule = AutoGamma.from_c(c, v=1.0)
+  index = int(adaptive.choose(rule, jnp.full((3,), alpha), jnp.ones((3,), bool)))
+  speedups = [1.0 if g == 0 else float(theory.walltime_improvement(alpha, g, c))
+              for g in rule.gammas]
+  assert speedups[index] >= max(speedups) * (1 - 1e-5), (rule.gammas[index], speedups)
+
+
+def test_gamma_0_when_the_draft_is_slow_or_wrong_and_the_largest_when_it_is_near_perfect():
+  ones = jnp.ones((2,), bool)
+  slow = AutoGamma.from_c(1.0)
+  assert slow.gammas[int(adaptive.choose(slow, jnp.full((2,), 0.9), ones))] == 0
+  cheap = AutoGamma.from_c(0.01)
+  # Corollary 3.9: speculation pays iff alpha > c (with v = 1).
+  assert cheap.gammas[int(adaptive.choose(cheap, jnp.full((2,), 0.005), ones))] == 0
+  assert cheap.gammas[int(adaptive.choose(cheap, jnp.full((2,), 0.05), ones))] == 1
+  assert cheap.gammas[int(adaptive.choose(cheap, jnp.full((2,), 0.99), ones))] == 8
+
+
+def test_the_batch_choice_maximizes_tokens_per_time_summed_over_active_rows():
+  rule = AutoGamma.from_c(0.1, gammas=(0, 1, 4), v=1.5)
+  alpha = jnp.asarray([0.95, 0.95] + [0.0] * 8)
+  # With every row active, eight rows that lose outweigh two that gain much.
+  both = int(adaptive.choose(rule, alpha, jnp.ones((10,), bool)))
+  only_good = int(adaptive.choose(rule, alpha, jnp.arange(10) < 2))
+  assert rule.gammas[both] == 0 and rule.gammas[only_good] == 4
+
+
+def test_the_estimate_follows_a_change_and_returns_to_the_prior_without_data():
+  rule = AutoGamma.from_c(0.1, prior=0.6, prior_weight=4.0, decay=0.9)
+  est = adaptive.Estimate.zeros(1)
+  active, seen = jnp.ones((1,), bool), jnp.ones((1, 4), bool)
+  for _ in range(20):
+    est = est.update(rule, jnp.ones((1, 4)), seen, active)
+  assert float(est.alpha(rule)[0]) > 0.95
+  drops = 0
+  while float(est.alpha(rule)[0]) > 0.5:
+    est = est.update(rule, jnp.zeros((1, 4)), seen, active)
+    drops += 1
+  assert drops <= 8  # four positions an iteration: the estimate follows within 8
+  for _ in range(60):
+    est = est.update(rule, jnp.zeros((1, 0)), jnp.zeros((1, 0), bool), active)
+  assert abs(float(est.alpha(rule)[0]) - 0.6) < 0.02
+
+
+# -------------------------------------------------------- compiling, costs, bad input
+
+
+def test_repeated_calls_compile_once():
+  target_table, draft_table = varying_tables()
+  target, draft = bigram_model(target_table), bigram_model(draft_table)
+  args = dict(gamma=RULE, max_new_tokens=6, sampling=SamplingConfig(1.0))
+  specdec.speculative_sample(target, draft, jnp.ones((3, 1), jnp.int32),
+                             jax.random.key(0), **args)
+  before = sample_lib._speculative_jit._cache_size()  # pylint: disable=protected-access
+  for seed in range(3):
+    specdec.speculative_sample(target, draft, jnp.full((3, 1), 2, jnp.int32),
+                               jax.random.key(seed), **args)
+  same_rule = AutoGamma(gammas=(0, 1, 3), costs=(1.0, 1.6, 2.8), prior=1.0,
+                        prior_weight=0.5, decay=0.3)
+  specdec.speculative_sample(target, draft, jnp.ones((3, 1), jnp.int32),
+                             jax.random.key(7), **dict(args, gamma=same_rule))
+  assert sample_lib._speculative_jit._cache_size() == before  # pylint: disable=protected-access
+
+
+def test_the_compiled_decode_is_one_while_loop():
+  target_table, draft_table = varying_tables()
+  fn = lambda i, k: specdec.speculative_sample(  # noqa: E731
+      bigram_model(target_table), bigram_model(draft_table), i, k, gamma=RULE,
+      max_new_tokens=5, sampling=SamplingConfig(1.0)).tokens
+  text = str(jax.make_jaxpr(fn)(jnp.ones((2, 1), jnp.int32), jax.random.key(0)))
+  assert text.count("while[") == 1
+  assert text.count("cond[") >= 1  # the lax.switch over gammas
+
+
+def test_costs_round_trip_through_json(tmp_path):
+  costs = StepCosts(c=0.07, v=((2, 1.05), (5, 1.16), (9, 1.4)), batch=4, device="cpu")
+  path = tmp_path / "costs.json"
+  costs.save(str(path))
+  assert StepCosts.load(str(path)) == costs
+  assert costs.v_of(1) == 1.0 and abs(costs.v_of(3) - (1.05 + (1.16 - 1.05) / 3)) < 1e-12
+  rule = AutoGamma.from_costs(costs, gammas=(0, 1, 4, 8))
+  assert rule.costs == (1.0, 0.07 + 1.05, 4 * 0.07 + 1.16, 8 * 0.07 + 1.4)
+  with pytest.raises(ValueError, match="v\\(10\\)"):
+    costs.v_of(10)
+
+
+def test_calibrate_measures_c_and_v_for_every_gamma():
+  target_table, draft_table = varying_tables()
+  costs = adaptive.calibrate(bigram_model(target_table), bigram_model(draft_table),
+                             jnp.ones((2, 1), jnp.int32), gammas=(0, 1, 3), max_length=16,
+                             repeats=1, steps=2, rounds=1)
+  assert [k for k, _ in costs.v] == [2, 4] and costs.batch == 2
+  assert costs.c > 0 and all(v > 0 for _, v in costs.v)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(gammas=(), costs=()), "gammas"),
+    (dict(gammas=(2, 1), costs=(1.0, 1.0)), "gammas"),
+    (dict(gammas=(-1, 1), costs=(1.0, 1.0)), "gammas"),
+    (dict(gammas=(0, 1), costs=(1.0,)), "costs"),
+    (dict(gammas=(0, 1), costs=(1.0, 0.0)), "costs"),
+    (dict(gammas=(0, 1), costs=(1.0, 1.2), prior=1.5), "prior"),
+    (dict(gammas=(0, 1), costs=(1.0, 1.2), decay=0.0), "decay"),
+    (dict(gammas=(0, 1), costs=(1.0, 1.2), prior_weight=0.0), "prior_weight"),
+])
+def test_bad_rules_raise_naming_the_argument(kwargs, name):
+  with pytest.raises(ValueError, match=name):
+    AutoGamma(**kwargs)
