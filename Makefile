@@ -1,5 +1,6 @@
-# The two commands of the README: `make demo` and `make test`. Each creates the local
-# virtual environment .venv on first use (Python >= 3.10 is all a machine needs).
+# The two commands of the README: `make demo` and `make test` (and `make bench`, the
+# sampler's own cost; every benchmark: `python -m specdec.bench --help`). Each creates
+# the local virtual environment .venv on first use (Python >= 3.10 is all it needs).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -18,13 +19,13 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed
-	$(PY) -m specdec.demo
+	$(PY) -m specdec.bench demo --out=out/demo.json
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2
 
 bench: $(VENV)/.installed
-	$(PY) scripts/bench_sampler.py
+	$(PY) -m specdec.bench sampler --out=out/bench_sampler.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

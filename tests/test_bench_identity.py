@@ -191,7 +191,8 @@ def test_the_subcommand_runs_on_two_sentences_of_the_shipped_pair():
                                  batch=2, max_new_tokens=4)
   results = bench_identity.run(config)
   (runs,) = results["dtypes"]["float32"]["drafts"].values()
-  assert runs[2]["rows"] == 2 and runs[2]["identical"] == 2
+  (run_at_2,) = runs.values()
+  assert run_at_2["rows"] == 2 and run_at_2["identical"] == 2
   assert "| float32 | draft_distilled | 2 | 2/2 |" in bench_identity.render(results)
   for bad, match in ((dict(dtypes=("float16",)), "dtypes"), (dict(pair="x"), "pair"),
                      (dict(batch=0), "batch")):

@@ -89,7 +89,7 @@ def test_row_kinds_are_the_baseline_then_each_swept_draft_and_gamma():
 
 @pytest.mark.parametrize("bad, match", [
     (dict(gammas=(0,)), "gammas"), (dict(temperatures=(-1.0,)), "temperatures"),
-    (dict(sweep=("bigram",)), "sweep"), (dict(ngram_corpus="web"), "ngram_corpus"),
+    (dict(sweep=("unigram",)), "sweep"), (dict(ngram_corpus="web"), "ngram_corpus"),
     (dict(pair="nope"), "pair"), (dict(drafts=("draft", "trigram")), "trigram"),
     (dict(ngram_corpus="text", drafts=("draft", "bigram")), "toy pair")])
 def test_bad_settings_are_named(bad, match):

@@ -1,4 +1,5 @@
-"""scripts/tpu: the Table 2 launchers, collect.py and their README; CITATION.cff.
+"""scripts/tpu: the Table 2 launchers, collect.py and docs/reproducing_table2.md;
+CITATION.cff.
 
 Fast: the launchers only print their commands here (DRY_RUN=1); nothing is decoded.
 """
@@ -22,6 +23,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 TPU = REPO / 'scripts' / 'tpu'
 SCRIPTS = {'t5x': TPU / 'run_table2_t5x.sh', 'specdec': TPU / 'run_table2_specdec.sh'}
 COLLECT = TPU / 'collect.py'
+GUIDE = REPO / 'docs' / 'reproducing_table2.md'
 TASKS = ('wmt_ende', 'cnndm')
 DRAFTS = ('small', 'base', 'large')
 RUNS = [f'{task}_t{temp}_{draft}' for task in TASKS for temp in (0, 1) for draft in DRAFTS]
@@ -74,7 +76,7 @@ def _includes(path: pathlib.Path) -> list[str]:
 # ------------------------------------------------------------------------------
 def test_gin_files_named_by_launchers_and_readme_exist():
   named = set()
-  for path in (*SCRIPTS.values(), TPU / 'README.md'):
+  for path in (*SCRIPTS.values(), GUIDE):
     named |= set(GIN_PATH.findall(path.read_text()))
   named |= {f'configs/runs/{run}.gin' for run in RUNS}
   assert 'configs/runs/infer.gin' in named
@@ -94,7 +96,7 @@ def test_gin_files_named_by_launchers_and_readme_exist():
 def test_readme_run_table_matches_the_run_files():
   rows = re.findall(r'^\| (WMT EnDe|CNN/DM) \| ([01]) \| T5-(small|base|large) \| (\d+) '
                     r'\| `(configs/runs/[a-z0-9_]+\.gin)` \|$',
-                    (TPU / 'README.md').read_text(), re.MULTILINE)
+                    GUIDE.read_text(), re.MULTILINE)
   assert len(rows) == 12
   assert sorted(pathlib.Path(r[4]).stem for r in rows) == sorted(RUNS)
   for task, temp, draft, gamma, name in rows:
@@ -289,7 +291,7 @@ def test_collect_readme_names_every_metrics_key(tmp_path):
   """The README's list of metrics.json keys covers what specdec.run writes."""
   pytest.importorskip('sacrebleu')
   result = _write_run(tmp_path, 'wmt_ende_t0_small', 'wmt_ende', 0.0, 7, 0.75, 3.4)
-  readme = (TPU / 'README.md').read_text()
+  readme = GUIDE.read_text()
   missing = [k for k in result if f'`{k}`' not in readme]
   assert not missing, missing
 

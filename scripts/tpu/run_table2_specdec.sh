@@ -44,7 +44,7 @@ done
 if (( ${#missing[@]} )); then
   echo "run_table2_specdec.sh: set ${missing[*]} (TARGET_CKPT, SMALL_CKPT, BASE_CKPT," \
        "LARGE_CKPT: local T5X checkpoint directories of T5-XXL, -small, -base," \
-       "-large; OUT: the output directory). See scripts/tpu/README.md." >&2
+       "-large; OUT: the output directory). See docs/reproducing_table2.md." >&2
   exit 2
 fi
 for name in TARGET_CKPT SMALL_CKPT BASE_CKPT LARGE_CKPT OUT; do

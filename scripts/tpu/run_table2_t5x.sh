@@ -52,7 +52,7 @@ done
 if (( ${#missing[@]} )); then
   echo "run_table2_t5x.sh: set ${missing[*]} (TARGET_CKPT, SMALL_CKPT, BASE_CKPT," \
        "LARGE_CKPT: T5X checkpoint directories, gs:// or local, of T5-XXL, -small," \
-       "-base, -large; OUT: the output directory). See scripts/tpu/README.md." >&2
+       "-base, -large; OUT: the output directory). See docs/reproducing_table2.md." >&2
   exit 2
 fi
 for name in TARGET_CKPT SMALL_CKPT BASE_CKPT LARGE_CKPT OUT; do

@@ -243,14 +243,19 @@ def run_lm(pair: str, num_prompts: int, gamma: int | None, max_new_tokens: int,
     rows += new_rows
     bar and bar.update(1)
     if temperature == 0.0:
-      examples = [dict(prompt=p, output=tok.decode(
-          np.asarray(o.tokens[0, :int(o.lengths[0])]).tolist()))
+      examples = [dict(prompt=p, output=_text(tok, o))
                   for p, o in zip(prompts[:3], spec_outs[0][:3])]
   if bar is not None:
     bar.close()
   return dict(pair=pair, num_prompts=len(prompts), max_new_tokens=max_new_tokens,
               backend=jax.devices()[0].platform,
               packed_weights=target.packed is not None, rows=rows, examples=examples)
+
+
+def _text(tok, output) -> str:
+  """A row's generated text, the EOS that ended it left out."""
+  ids = np.asarray(output.tokens[0, :int(output.lengths[0])]).tolist()
+  return tok.decode(ids[:-1] if ids and ids[-1] == tok.eos_id else ids)
 
 
 def format_table(result: dict) -> str:
