@@ -22,6 +22,8 @@ SUBCOMMANDS = {
                  "speed-up and quality"),
     "compare-hf": ("specdec.bench.compare_hf", "specdec against transformers' assisted "
                    "generation on the same pair and CPU"),
+    "adaptive": ("specdec.bench.adaptive", "baseline, each fixed gamma and AutoGamma side "
+                 "by side, per pair, temperature and batch size"),
     "demo": ("specdec.bench.demo", "the demo's rows: the shipped pairs, baseline vs "
              "speculative, and sample outputs"),
     "sampler": ("specdec.bench.sampler", "the sampler's own per-iteration cost with "

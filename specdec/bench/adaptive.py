@@ -1,0 +1,195 @@
+"""`python -m specdec.bench adaptive`: baseline, every fixed gamma and AutoGamma, side by side.
+
+    python -m specdec.bench adaptive [--pair=all] [--temperatures=0,1] [--batches=1] \
+        [--fixed-gammas=1,2,4,6] [--num-prompts=8] [--max-new-tokens=48]
+
+For each pair, temperature and batch size, every decoder is timed on the same inputs
+in interleaved rounds (the minimum of each per input counts): the autoregressive
+baseline, speculative decoding at each fixed gamma, and `specdec.AutoGamma` with the
+pair's shipped step costs (`costs.json` beside its weights, measured by
+`specdec.adaptive.calibrate`; `--calibrate` measures them anew at each batch size).
+Each row reports ms/token and tokens/s of the three, the best fixed gamma (chosen
+after the fact: an oracle), adaptive / baseline and adaptive / best fixed, the gammas
+adaptive chose, and measured / predicted: Theorem 3.8 with the chosen gammas, i.e. the
+tokens adaptive produced over the target steps its iterations cost (sum of
+gamma c + v(gamma + 1) over its iterations), against the measured speed-up. At batch
+1 it also lists, per prompt, the speed-ups of the best fixed gamma and of adaptive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specdec import adaptive, pretrained, sample
+from specdec.bench import cli, measure, report, workloads
+from specdec.distributions import SamplingConfig
+
+PAIRS = ("smollm2_135m_instruct", "multi30k_ende")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  pair: str = cli.field("all", f"A shipped pair, a toy pair, or 'all': {', '.join(PAIRS)}.")
+  temperatures: tuple[float, ...] = cli.field((0.0, 1.0), "Sampling temperatures.")
+  batches: tuple[int, ...] = cli.field((1,), "Batch sizes (each a row of the table).")
+  fixed_gammas: tuple[int, ...] = cli.field((1, 2, 4, 6), "Fixed gammas to compare.")
+  num_prompts: int = cli.field(8, "Held-out prompts (grouped into batches).")
+  max_new_tokens: int = cli.field(48, "Tokens generated at most per row.")
+  draft: str = cli.field("best", "The pair's draft; 'best': the decoder-only pair's "
+                         "draft+lookup, the T5 pair's draft of the higher alpha.")
+  calibrate: bool = cli.field(False, "Measure the step costs anew at each batch size "
+                              "instead of reading the pair's costs.json.")
+  repeats: int = cli.field(2, "Timed rounds per input (the minimum counts).")
+  seed: int = cli.field(0, "Sampling seed.")
+
+
+def shipped_costs(pair: str, batch: int) -> adaptive.StepCosts | None:
+  """The pair's measured costs at the largest measured batch <= `batch`, or None."""
+  path = pretrained.pair_dir(pair) / "costs.json" if pair not in workloads.TOY_PAIRS else None
+  if path is None or not path.exists():
+    return None
+  table = json.loads(path.read_text())
+  sizes = sorted(int(b) for b in table if int(b) <= batch) or sorted(map(int, table))
+  return adaptive.StepCosts.from_json(json.dumps(table[str(sizes[-1])]))
+
+
+def _draft_name(pair: str, draft: str, temperature: float) -> str:
+  if draft != "best" or pair in workloads.TOY_PAIRS:
+    return "draft" if draft == "best" else draft
+  if workloads.is_lm_pair(pair):
+    return "draft+lookup"
+  return pretrained.best_draft(pair, temperature)
+
+
+def time_each(decoders: dict[str, Any], inputs: Sequence[jax.Array], key: jax.Array,
+              repeats: int) -> dict[str, tuple[list[float], list[Any]]]:
+  """Per input, each decoder once untimed and then `repeats` rounds in turn; returns,
+  per decoder, (the minimum seconds of each input, the outputs)."""
+  out = {name: ([], []) for name in decoders}
+  for i, x in enumerate(inputs):
+    k = jax.random.fold_in(key, i)
+    for name, decode in decoders.items():
+      out[name][1].append(jax.block_until_ready(decode(x, k)))
+    best = {name: float("inf") for name in decoders}
+    for _ in range(repeats):
+      for name, decode in decoders.items():
+        start = time.perf_counter()
+        jax.block_until_ready(decode(x, k).tokens)
+        best[name] = min(best[name], time.perf_counter() - start)
+    for name in decoders:
+      out[name][0].append(best[name])
+  return out
+
+
+def _tokens(outputs) -> int:
+  return int(sum(np.sum(o.lengths) for o in outputs))
+
+
+def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt):
+  base_s, base_out = timed["baseline"]
+  tokens = _tokens(base_out)
+  ms = {name: 1e3 * sum(s) / max(_tokens(o), 1) for name, (s, o) in timed.items()}
+  fixed = {g: ms[f"gamma={g}"] for g in fixed_gammas}
+  best_g = min(fixed, key=fixed.get)
+  auto_out = timed["adaptive"][1]
+  counts = np.sum([np.sum(np.asarray(o.stats.gamma_counts), axis=0) for o in auto_out], 0)
+  predicted = _rate(auto_out, rule.costs) / _rate(base_out, (1.0,))
+  measured = ms["baseline"] / ms["adaptive"]
+  row = dict(pair=pair, temperature=temperature, batch=batch, tokens=tokens,
+             baseline_ms=ms["baseline"], fixed_ms={str(g): v for g, v in fixed.items()},
+             best_fixed_gamma=best_g, best_fixed_ms=fixed[best_g],
+             adaptive_ms=ms["adaptive"],
+             baseline_tok_s=1e3 / ms["baseline"], best_fixed_tok_s=1e3 / fixed[best_g],
+             adaptive_tok_s=1e3 / ms["adaptive"],
+             adaptive_speedup=measured, best_fixed_speedup=ms["baseline"] / fixed[best_g],
+             adaptive_over_best_fixed=fixed[best_g] / ms["adaptive"],
+             gamma_histogram={str(g): int(n) for g, n in zip(rule.gammas, counts)},
+             predicted_speedup=predicted, measured_over_predicted=measured / predicted,
+             costs=list(rule.costs), gammas=list(rule.gammas))
+  if per_prompt:
+    row["per_prompt"] = [dict(best_fixed=b / f, adaptive=b / a) for b, f, a in zip(
+        base_s, timed[f"gamma={best_g}"][0], timed["adaptive"][0])]
+  return row
+
+
+def _rate(outputs, costs) -> float:
+  """Tokens per target step of the decodes that made `outputs`: one call of the loop
+  serves the whole batch, and the row that ran longest saw every call, so its
+  per-gamma counts are the calls' (the baseline: one call costs one step)."""
+  tokens, steps = 0, 0.0
+  for o in outputs:
+    tokens += int(np.sum(o.lengths))
+    longest = int(np.argmax(np.asarray(o.stats.iterations)))
+    counts = (np.asarray(o.stats.gamma_counts)[longest]
+              if hasattr(o.stats, "gamma_counts") else [o.stats.iterations[longest]])
+    steps += float(np.dot(counts, costs))
+  return tokens / max(steps, 1e-9)
+
+
+def run(config: Config) -> dict[str, Any]:
+  cli.check_positive(config, "num_prompts", "max_new_tokens", "repeats", "batches",
+                     "fixed_gammas")
+  pairs = PAIRS if config.pair == "all" else (config.pair,)
+  rows = []
+  for pair in pairs:
+    for temperature in config.temperatures:
+      name = _draft_name(pair, config.draft, temperature)
+      w = workloads.load(pair, max(config.num_prompts, max(config.batches)), draft=name)
+      target, draft = w.target, w.drafts[name]
+      sampling = SamplingConfig(temperature)
+      for batch in config.batches:
+        inputs = [jnp.asarray(w.inputs[i:i + batch])
+                  for i in range(0, len(w.inputs) - batch + 1, batch)]
+        costs = (adaptive.calibrate(target, draft, inputs[0],
+                                    max_length=config.max_new_tokens + 16)
+                 if config.calibrate else shipped_costs(pair, batch))
+        if costs is None:
+          costs = adaptive.calibrate(target, draft, inputs[0],
+                                     max_length=config.max_new_tokens + 16)
+        rule = adaptive.AutoGamma.from_costs(costs)
+        decoders = {"baseline": measure.autoregressive_decoder(
+            target, config.max_new_tokens, sampling, w.eos_id)}
+        for g in config.fixed_gammas:
+          decoders[f"gamma={g}"] = measure.speculative_decoder(
+              target, draft, g, config.max_new_tokens, sampling, w.eos_id)
+        decoders["adaptive"] = measure.speculative_decoder(
+            target, draft, rule, config.max_new_tokens, sampling, w.eos_id)
+        timed = time_each(decoders, inputs, jax.random.key(config.seed), config.repeats)
+        if temperature == 0.0:
+          for name, (_, outs) in timed.items():
+            same = all(np.array_equal(a.tokens, b.tokens)
+                       for a, b in zip(outs, timed["baseline"][1]))
+            if not same:
+              raise AssertionError(f"{pair}: {name} differs from greedy at temperature 0")
+        rows.append(_row(pair, temperature, batch, rule, timed, config.fixed_gammas,
+                         per_prompt=batch == 1))
+  return dict(config=dataclasses.asdict(config), device=jax.devices()[0].device_kind,
+              rows=rows)
+
+
+def render(result: dict[str, Any]) -> str:
+  header = ["pair", "T", "batch", "baseline tok/s", "best fixed", "tok/s", "adaptive tok/s",
+            "adaptive / baseline", "adaptive / best fixed", "gammas chosen",
+            "measured / predicted"]
+  lines = []
+  for r in result["rows"]:
+    hist = " ".join(f"{g}:{n}" for g, n in r["gamma_histogram"].items() if n)
+    lines.append([r["pair"], f"{r['temperature']:g}", str(r["batch"]),
+                  f"{r['baseline_tok_s']:.1f}", f"gamma {r['best_fixed_gamma']}",
+                  f"{r['best_fixed_tok_s']:.1f}", f"{r['adaptive_tok_s']:.1f}",
+                  f"{r['adaptive_speedup']:.2f}x", f"{r['adaptive_over_best_fixed']:.2f}x",
+                  hist, f"{r['measured_over_predicted']:.2f}"])
+  text = report.markdown_table(header, lines)
+  for r in result["rows"]:
+    if "per_prompt" in r:
+      pp = ", ".join(f"{p['best_fixed']:.2f}/{p['adaptive']:.2f}" for p in r["per_prompt"])
+      text += (f"\n\n{r['pair']} T={r['temperature']:g}, per prompt, speed-up of the "
+               f"best fixed gamma / adaptive: {pp}")
+  return text

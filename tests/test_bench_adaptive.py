@@ -1,0 +1,45 @@
+"""`python -m specdec.bench adaptive`: its run() on a toy pair, its table and JSON."""
+
+import json
+
+import numpy as np
+
+from specdec import adaptive
+from specdec.bench import __main__ as bench_main
+from specdec.bench import adaptive as bench_adaptive
+
+
+def test_run_times_baseline_fixed_gammas_and_adaptive_side_by_side():
+  config = bench_adaptive.Config(pair="toy_llama", temperatures=(0.0,), batches=(1, 2),
+                                 fixed_gammas=(1, 3), num_prompts=2, max_new_tokens=8,
+                                 repeats=1)
+  result = bench_adaptive.run(config)
+  rows = result["rows"]
+  assert [(r["temperature"], r["batch"]) for r in rows] == [(0.0, 1), (0.0, 2)]
+  for r in rows:
+    assert set(r["fixed_ms"]) == {"1", "3"} and r["best_fixed_gamma"] in (1, 3)
+    assert r["best_fixed_ms"] == min(r["fixed_ms"].values())
+    assert np.isclose(r["adaptive_speedup"], r["baseline_ms"] / r["adaptive_ms"])
+    assert sum(r["gamma_histogram"].values()) > 0
+    assert r["predicted_speedup"] > 0
+  assert len(rows[0]["per_prompt"]) == 2 and "per_prompt" not in rows[1]
+  text = bench_adaptive.render(result)
+  assert "adaptive / best fixed" in text and "toy_llama" in text
+
+
+def test_the_command_line_writes_json_and_markdown(tmp_path, capsys):
+  out = tmp_path / "adaptive.json"
+  assert bench_main.main(["adaptive", "--pair=toy_t5", "--temperatures=1",
+                          "--fixed-gammas=2", "--num-prompts=1", "--max-new-tokens=6",
+                          "--repeats=1", f"--out={out}"]) == 0
+  result = json.loads(out.read_text())
+  assert result["rows"][0]["pair"] == "toy_t5"
+  assert (tmp_path / "adaptive.md").read_text().startswith("| pair |")
+  assert "wrote" in capsys.readouterr().out
+
+
+def test_the_shipped_pairs_ship_their_step_costs():
+  for pair in bench_adaptive.PAIRS:
+    costs = bench_adaptive.shipped_costs(pair, 1)
+    assert isinstance(costs, adaptive.StepCosts), pair
+    assert costs.c > 0 and costs.v_of(9) >= 1.0
