@@ -35,3 +35,18 @@ def test_the_subcommand_runs_on_a_tiny_setting():
   np.testing.assert_allclose(result["paper"]["speedups_t0_from_theorem_3_8"],
                              result["paper"]["speedups_t0"], atol=0.05)
   assert "Table 5" in lenience.render(result)
+
+
+def test_render_sets_the_papers_row_beside_ours():
+  result = dict(
+      config=dict(leniences=[1.0, 0.3], pair="p", sentences=4, timed_sentences=1,
+                  device="cpu", platform="cpu", cpu_count=2, command="x",
+                  temperatures=[0.0], drafts=["bigram"], gammas=[2]),
+      paper=dict(leniences=list(lenience.PAPER_LENIENCES),
+                 table5={"0.0": {"T5-small": [0.75, 0.75, 0.8, 0.87]}},
+                 speedups_t0=[3.3] * 4, speedups_t0_from_theorem_3_8=[3.3] * 4),
+      alpha=[dict(temperature=0.0, draft="bigram", alpha={"1.0": 0.1, "0.3": 0.2})],
+      rows=[], baselines=[], best=[])
+  text = lenience.render(result)
+  assert "| 0 | bigram | 0.10 | 0.20 |" in text
+  assert "| 0 | *paper: T5-small* | 0.75 | 0.80 |" in text

@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec import data, metrics, pretrained, sample, theory
-from specdec.bench import cli, drafts as drafts_lib, measure
+from specdec.bench import cli, drafts as drafts_lib, measure, report
 from specdec.distributions import SamplingConfig, greedy_tokens, probabilities
 
 # The paper's Table 5: T5-XXL target on WMT EnDe, alpha at l = 1, 0.5, 0.3, 0.1.
@@ -298,15 +298,14 @@ def run_lenience(*, pair: str, draft_names, leniences: Sequence[float],
 # ------------------------------------------------------------------------------
 # Markdown.
 # ------------------------------------------------------------------------------
-def _cells(values) -> str:
-  return " | ".join("-" if v is None else f"{v:.2f}" for v in values)
+def _cells(values) -> list[str]:
+  return ["-" if v is None else f"{v:.2f}" for v in values]
 
 
 def markdown(result: dict[str, Any]) -> str:
   cfg = result["config"]
   leniences = cfg["leniences"]
   paper_l = result["paper"]["leniences"]
-  header = "| temperature | draft | " + " | ".join(f"l = {l:g}" for l in leniences) + " |"
   lines = [f"# Lenience (Appendix A.5): Table 5 for {cfg['pair']}", "",
            f"{cfg['sentences']} Multi30k test sentences (alpha, quality), "
            f"{cfg['timed_sentences']} timed at batch 1; {cfg['device']} "
@@ -315,7 +314,8 @@ def markdown(result: dict[str, Any]) -> str:
            "", "Paper rows: T5-XXL target on WMT EnDe (Table 5); ours: the shipped pair "
            "on Multi30k. The paper's draft sizes have no counterpart here beyond their "
            "role.",
-           "", header, "|---|---|" + "---|" * len(leniences)]
+           ""]
+  alpha_rows = []
 
   def paper_values(values):
     return [values[paper_l.index(l)] if l in paper_l else None for l in leniences]
@@ -323,15 +323,17 @@ def markdown(result: dict[str, Any]) -> str:
   for temperature in cfg["temperatures"]:
     paper = result["paper"]["table5"].get(str(float(temperature)), {})
     for a in (a for a in result["alpha"] if a["temperature"] == temperature):
-      lines.append(f"| {temperature:g} | {a['draft']} | "
-                   f"{_cells(a['alpha'][str(l)] for l in leniences)} |")
+      alpha_rows.append([f"{temperature:g}", a["draft"],
+                         *_cells(a["alpha"][str(l)] for l in leniences)])
       if a["draft"] in paper:
-        lines.append(f"| {temperature:g} | *paper: {a['draft']}* | "
-                     f"{_cells(paper_values(paper[a['draft']]))} |")
+        alpha_rows.append([f"{temperature:g}", f"*paper: {a['draft']}*",
+                           *_cells(paper_values(paper[a["draft"]]))])
     for name, values in paper.items():
       if name not in cfg["drafts"]:
-        lines.append(f"| {temperature:g} | *paper: {name}* | "
-                     f"{_cells(paper_values(values))} |")
+        alpha_rows.append([f"{temperature:g}", f"*paper: {name}*",
+                           *_cells(paper_values(values))])
+  lines.append(report.markdown_table(
+      ["temperature", "draft"] + [f"l = {l:g}" for l in leniences], alpha_rows))
   lines += ["", "The paper's temperature-0 speed-ups with T5-small, "
             + " / ".join(f"{s:.1f}x" for s in result["paper"]["speedups_t0"])
             + f", are Theorem 3.8 at c = {PAPER_C}, gamma = {PAPER_GAMMA} from its "
@@ -339,24 +341,25 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{s:.2f}x" for s in result["paper"]["speedups_t0_from_theorem_3_8"])
             + ". The column 'Thm 3.8 at the paper's c' below is the same formula at our "
             "alpha_l.", "",
-            "## Speed and quality", "",
-            "| temp | draft | gamma | l | alpha_l | alpha decode | alpha accepts | "
-            "tok/iter | base ms/tok | spec ms/tok | speed-up | predicted | "
-            "Thm 3.8 at the paper's c | BLEU | BLEU baseline | mean log p | distinct-2 | "
-            "= greedy |", "|" + "---|" * 18]
+            "## Speed and quality", ""]
+  rows = []
   for r in result["rows"]:
     q, qb = r["quality"], r["quality_baseline"]
     log_p = "-" if q["mean_log_p"] is None else f"{q['mean_log_p']:.3f}"
     same = q.get("identical_to_greedy")
-    lines.append(
-        f"| {r['temperature']:g} | {r['draft']} | {r['gamma']} | {r['lenience']:g} | "
-        f"{r['alpha']:.3f} | {r['alpha_decode']:.3f} | {r['alpha_accepts']:.3f} | "
-        f"{r['tokens_per_iteration']:.2f} | {r['baseline_ms_per_token']:.2f} | "
-        f"{r['speculative_ms_per_token']:.2f} | {r['speedup']:.2f}x | "
-        f"{r['predicted_speedup']:.2f}x | {r['speedup_paper_c']:.2f}x | "
-        f"{q['bleu']:.1f} | "
-        f"{qb['bleu']:.1f} | {log_p} | {q['distinct_2']:.3f} | "
-        f"{'-' if same is None else f'{same:.2f}'} |")
+    rows.append([
+        f"{r['temperature']:g}", r["draft"], r["gamma"], f"{r['lenience']:g}",
+        f"{r['alpha']:.3f}", f"{r['alpha_decode']:.3f}", f"{r['alpha_accepts']:.3f}",
+        f"{r['tokens_per_iteration']:.2f}", f"{r['baseline_ms_per_token']:.2f}",
+        f"{r['speculative_ms_per_token']:.2f}", f"{r['speedup']:.2f}x",
+        f"{r['predicted_speedup']:.2f}x", f"{r['speedup_paper_c']:.2f}x",
+        f"{q['bleu']:.1f}", f"{qb['bleu']:.1f}", log_p, f"{q['distinct_2']:.3f}",
+        "-" if same is None else f"{same:.2f}"])
+  lines.append(report.markdown_table(
+      ["temp", "draft", "gamma", "l", "alpha_l", "alpha decode", "alpha accepts",
+       "tok/iter", "base ms/tok", "spec ms/tok", "speed-up", "predicted",
+       "Thm 3.8 at the paper's c", "BLEU", "BLEU baseline", "mean log p", "distinct-2",
+       "= greedy"], rows))
   lines += ["", "Baselines (the target alone): " + "; ".join(
       f"temperature {b['temperature']:g}: BLEU {b['bleu']:.1f}, distinct-2 "
       f"{b['distinct_2']:.3f}" + ("" if b["mean_log_p"] is None
@@ -365,7 +368,7 @@ def markdown(result: dict[str, Any]) -> str:
             "alpha_l: teacher-forced along the baseline's outputs (the Table 5 cells); "
             "alpha decode: the decode's own mean beta_l (`SpeculativeStats.alpha_hat`); "
             "alpha accepts: accepted / (accepted + rejected). predicted: Theorem 3.8 "
-            "refined with the measured c and v at alpha decode (`specdec.benchmarking`). "
+            "refined with the measured c and v at alpha decode (`specdec.bench.measure`). "
             "At temperature 1 BLEU and log p of sampled outputs vary with the seed."]
   if len(cfg["gammas"]) > 1:
     lines += ["", "Best measured gamma per setting: " + "; ".join(
