@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import adaptive, pretrained, sample
+from specdec import adaptive, pretrained
 from specdec.bench import cli, measure, report, workloads
 from specdec.distributions import SamplingConfig
 
