@@ -33,6 +33,12 @@ agree to float rounding, except that specdec floors each probability at 1e-30
 (`specdec.sample`) where T5X has none, and that a token at the edge of a top-k /
 top-p set is in or out by each implementation's own rounding.
 
+The gin files of the project's `configs/` ship inside the package: `gin_search_path()`
+(printed by `python -m specdec.t5x`) is the directory to pass as T5X's
+`--gin_search_paths`, and `configs/runs/multi30k_ende_infer.gin` runs the shipped pair
+under `python -m t5x.infer` (`shipped_checkpoint` gives its checkpoints). docs/t5x.md
+has the commands and what T5X writes.
+
 t5x is not on PyPI. This module imports without it; the model classes import t5x
 when first used and raise an ImportError saying how to install it.
 """
@@ -79,7 +85,8 @@ _MODEL_CLASSES = ('SpeculativeEncoderDecoderModel', 'SpeculativeDecoderOnlyModel
 _T5X_MISSING = (
     "specdec.t5x.{name} subclasses a T5X model class, but t5x cannot be imported. t5x "
     'is not on PyPI: install it from its source (https://github.com/google-research/'
-    "t5x; `pip install -e .` in a checkout), then `pip install 'specdec[t5x]'`.")
+    "t5x; `pip install -e .` in a checkout) with `pip install 'specdec[t5x]'`; "
+    'docs/t5x.md lists the packages it also needs.')
 # Decoder parameters `predict_batch_with_aux` takes (T5X passes others only to
 # decode_fns that declare them).
 _DECODER_PARAMS = ('decode_rng', 'eos_id')

@@ -3,6 +3,7 @@ installed, the model under T5X's PjitPartitioner and `python -m t5x.infer` runs.
 
 import functools
 import importlib
+import json
 import os
 import pathlib
 import subprocess
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 
 from specdec import checkpoints
+from specdec import data
+from specdec import pretrained
 from specdec import t5x as specdec_t5x
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
@@ -21,6 +24,8 @@ from specdec.sample import autoregressive_sample
 from t5_helpers import assert_trees_equal, tiny_model, write_t5x_legacy
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+# What T5X users pass as --gin_search_paths: `python -m specdec.t5x` prints it.
+SEARCH_PATH = specdec_t5x.gin_search_path()
 GREEDY = SamplingConfig(temperature=0.0)
 BATCH, INPUT_LENGTH, DECODE_LENGTH, GAMMA = 2, 6, 10, 3
 # Every test decodes 2 x NUM_DECODES rows with gamma 3, so they share compilations.
@@ -209,6 +214,39 @@ def test_model_class_needs_t5x():
     pytest.skip('t5x is installed: the ImportError path cannot be taken')
 
 
+SKIPPING_TESTS = """
+import pytest
+
+@pytest.mark.t5x
+def test_marked():
+  pytest.skip('t5x is not installed')
+
+def test_unmarked():
+  pytest.skip('for another reason')
+"""
+
+
+def test_require_t5x_turns_skipped_t5x_tests_into_failures(tmp_path):
+  """tests/conftest.py: with SPECDEC_REQUIRE_T5X=1 (CI, after installing t5x) a
+  t5x-marked test that skips fails; other skips stay skips."""
+  (tmp_path / 'conftest.py').write_text((REPO / 'tests' / 'conftest.py').read_text())
+  (tmp_path / 'pytest.ini').write_text('[pytest]\nmarkers =\n  t5x: needs t5x\n')
+  (tmp_path / 'test_skips.py').write_text(SKIPPING_TESTS)
+  env = {k: v for k, v in os.environ.items() if k != 'SPECDEC_REQUIRE_T5X'}
+
+  def pytest_summary(**extra):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-p',
+         'no:randomly', '-p', 'no:xdist', str(tmp_path)], cwd=tmp_path,
+        capture_output=True, text=True, timeout=300, env={**env, **extra})
+    return proc.returncode, proc.stdout.strip().splitlines()[-1]
+
+  code, summary = pytest_summary()
+  assert code == 0 and summary.startswith('2 skipped'), summary
+  code, summary = pytest_summary(SPECDEC_REQUIRE_T5X='1')
+  assert code == 1 and summary.startswith('1 failed, 1 skipped'), summary
+
+
 # ------------------------------------------------------------------ with t5x
 @pytest.fixture(scope='module')
 def t5x_lib():
@@ -394,6 +432,16 @@ MIXTURE_OR_TASK_MODULE = 'tiny_task'
 '''
 
 
+def _inferences(out: pathlib.Path, task: str, mode: str, shards: int = 1) -> list:
+  """The lines of the one file `python -m t5x.infer` writes per task and shard (the
+  first of `shards`), after checking that `out` holds it, its completion marker and
+  T5X's two logs (the operative gin configuration and the parameter shapes), only."""
+  name = f'{task}-{mode}.jsonl-00000-of-{shards:05}'
+  assert sorted(p.name for p in out.iterdir()) == sorted(
+      [name, f'{name}.COMPLETED', 'config.gin', 'model-info.txt'])
+  return [json.loads(line) for line in (out / name).read_text().splitlines()]
+
+
 @pytest.mark.t5x
 @pytest.mark.parametrize('infer_file', ['infer.gin', 'infer_decode_fn.gin'])
 def test_t5x_infer_runs_a_run_config(t5x_lib, tmp_path, infer_file):
@@ -406,22 +454,54 @@ def test_t5x_infer_runs_a_run_config(t5x_lib, tmp_path, infer_file):
   (tmp_path / 'overrides.gin').write_text(INFER_OVERRIDES)
   out = tmp_path / 'out'
   proc = subprocess.run(
-      [sys.executable, '-m', 't5x.infer', f'--gin_search_paths={REPO}',
+      [sys.executable, '-m', 't5x.infer', f'--gin_search_paths={SEARCH_PATH}',
        f'--gin_file=configs/runs/{infer_file}', f'--gin_file={tiny}',
        f'--gin_file={tmp_path / "overrides.gin"}', f"--gin.OUTPUT_DIR='{out}'"],
       cwd=tmp_path, capture_output=True, text=True, timeout=600,
       env={**os.environ, 'PYTHONPATH': f'{tmp_path}:{REPO / "tests"}',
            'JAX_PLATFORMS': 'cpu'})
   assert proc.returncode == 0, proc.stderr[-4000:]
-  written = [p for p in sorted(out.glob('specdec_tiny_wmt-*.jsonl*'))
-             if not p.name.endswith('.COMPLETED')]
-  assert written, sorted(p.name for p in out.iterdir())
-  import json  # pylint: disable=g-import-not-at-top
-  lines = [json.loads(line) for line in written[0].read_text().splitlines()]
+  lines = _inferences(out, 'specdec_tiny_wmt', 'predict_with_aux')
   assert len(lines) == examples
   assert all('prediction' in line for line in lines)
   if infer_file == 'infer.gin':
     assert {'scores', 'iterations', 'accepted', 'alpha_hat'} <= set(lines[0]['aux'])
+
+
+# Every 125th caption of the 1000: T5X's shard 0 of 125 (infer.num_shards).
+MULTI30K_SHARDS = 125
+
+
+@pytest.mark.t5x
+def test_t5x_infer_runs_the_shipped_pair_from_its_run_file_alone(t5x_lib, tmp_path):
+  """configs/runs/multi30k_ende_infer.gin as documented (OUTPUT_DIR the only setting;
+  the shard only to keep the test short): at temperature 0 T5X writes the target's
+  own greedy translations, and in 'predict' mode no aux."""
+  del t5x_lib
+  out = tmp_path / 'out'
+  proc = subprocess.run(
+      [sys.executable, '-m', 't5x.infer', f'--gin_search_paths={SEARCH_PATH}',
+       '--gin_file=configs/runs/multi30k_ende_infer.gin', f"--gin.OUTPUT_DIR='{out}'",
+       f'--gin.infer.num_shards={MULTI30K_SHARDS}'],
+      cwd=tmp_path, capture_output=True, text=True, timeout=600,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  lines = _inferences(out, 'specdec_multi30k_ende', 'predict', MULTI30K_SHARDS)
+  english = [en for en, _ in pretrained.test_sentences('multi30k_ende')]
+  inputs = [data.TRANSLATE_PREFIX + en for en in english[::MULTI30K_SHARDS]]
+  assert [line['inputs']['inputs_pretokenized'] for line in lines] == inputs
+  assert all(set(line) == {'inputs', 'prediction'} for line in lines)
+  info = pretrained.pair_info('multi30k_ende')
+  cfg = t5.T5Config(**{**info['target']['config'], 'dtype': jnp.float32,
+                       'mlp_activations': ('gelu', 'linear'), 'dropout_rate': 0.0})
+  target = t5.T5(cfg, checkpoints.load_t5x(
+      specdec_t5x.shipped_checkpoint('multi30k_ende', 'target'), cfg, dtype=jnp.float32))
+  vocab = data.Vocabulary()
+  encoded = jnp.asarray(np.stack([vocab.encode_padded(x, 64) for x in inputs]))
+  greedy = autoregressive_sample(target, encoded, jax.random.PRNGKey(0),
+                                 max_new_tokens=64, sampling=GREEDY, eos_id=1).tokens
+  assert [line['prediction'] for line in lines] == [
+      vocab.decode(row) for row in np.asarray(greedy)]
 
 
 # ------------------------------------------------------------ decoder-only, with t5x
@@ -462,7 +542,11 @@ def _t5x_decoder_network(lib, cfg):
 
 @pytest.fixture(scope='module')
 def t5x_decoder_lib(t5x_lib):
-  from t5x.examples.decoder_only import network  # pylint: disable=g-import-not-at-top
+  # A regular (non-editable) install of t5x leaves this example out: it has no
+  # __init__.py. Skip then, as without t5x (SPECDEC_REQUIRE_T5X=1 makes it fail).
+  network = pytest.importorskip(
+      't5x.examples.decoder_only.network', reason='t5x is installed without '
+      't5x/examples/decoder_only (install it editable: docs/t5x.md)')
   return {**t5x_lib, 'decoder_only_network': network}
 
 
@@ -684,18 +768,14 @@ def test_t5x_infer_runs_the_decoder_only_config(t5x_lib, tmp_path):
   (tmp_path / 'overrides.gin').write_text(INFER_OVERRIDES)
   out = tmp_path / 'out'
   proc = subprocess.run(
-      [sys.executable, '-m', 't5x.infer', f'--gin_search_paths={REPO}',
+      [sys.executable, '-m', 't5x.infer', f'--gin_search_paths={SEARCH_PATH}',
        '--gin_file=configs/runs/infer_decoder_only.gin', f'--gin_file={tiny}',
        f'--gin_file={tmp_path / "overrides.gin"}', f"--gin.OUTPUT_DIR='{out}'"],
       cwd=tmp_path, capture_output=True, text=True, timeout=600,
       env={**os.environ, 'PYTHONPATH': f'{tmp_path}:{REPO / "tests"}',
            'JAX_PLATFORMS': 'cpu'})
   assert proc.returncode == 0, proc.stderr[-4000:]
-  written = [p for p in sorted(out.glob('specdec_tiny_wmt-*.jsonl*'))
-             if not p.name.endswith('.COMPLETED')]
-  assert written, sorted(p.name for p in out.iterdir())
-  import json  # pylint: disable=g-import-not-at-top
-  lines = [json.loads(line) for line in written[0].read_text().splitlines()]
+  lines = _inferences(out, 'specdec_tiny_wmt', 'predict_with_aux')
   assert len(lines) == examples
   assert all('prediction' in line for line in lines)
   assert {'scores', 'iterations', 'accepted', 'alpha_hat'} <= set(lines[0]['aux'])

@@ -168,3 +168,19 @@ def test_local_source_rejects_other_splits(seqio_tasks):
   source = seqio_tasks.local_source(data.WMT_TASK)
   with pytest.raises(ValueError, match='split'):
     source.get_dataset(split='train')
+
+
+def test_seqio_multi30k_task_yields_the_shipped_pairs_test_set(seqio_tasks):
+  import seqio  # pylint: disable=g-import-not-at-top
+  from specdec import pretrained  # pylint: disable=g-import-not-at-top
+  pairs = pretrained.test_sentences('multi30k_ende')
+  examples = list(_dataset(seqio_tasks.MULTI30K_TASK, {'inputs': 64, 'targets': 64})
+                  .as_numpy_iterator())
+  assert len(examples) == len(pairs) == 1000
+  for (en, de), theirs in zip(pairs, examples):
+    assert theirs['inputs_pretokenized'].decode() == data.TRANSLATE_PREFIX + en
+    assert theirs['targets_pretokenized'].decode() == de
+  task = seqio.get_mixture_or_task(seqio_tasks.MULTI30K_TASK)
+  assert [f.__name__ for f in task.metric_fns] == ['bleu']
+  with pytest.raises(ValueError, match='split'):
+    seqio_tasks.multi30k_source().get_dataset(split='validation')

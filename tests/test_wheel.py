@@ -107,6 +107,11 @@ def test_installed_wheel_resolves_its_configs_and_weights_in_any_directory(
   assert pathlib.Path(search_path) == package
   assert pathlib.Path(checkpoint).is_relative_to(package / 'weights')
   assert last == 'specdec_multi30k_ende (128, 32128)'
+  # What T5X users pass as --gin_search_paths.
+  proc = _run([sys.executable, '-m', 'specdec.t5x'], cwd=tmp_path,
+              PYTHONPATH=str(installed))
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  assert proc.stdout.strip() == search_path
 
 
 def test_specdec_run_finds_its_run_files_from_the_installed_wheel(installed, tmp_path):
