@@ -14,14 +14,14 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # Top-level entries of a checkout that are not sources (virtualenv, VCS, build
-# outputs): a wheel built in place would also pick up a stale build/.
+# outputs): a wheel built in place would also pick up a stale build/. Bytecode
+# (__pycache__) is copied: the wheel must leave it out.
 NOT_SOURCES = {'.venv', '.git', 'build', 'dist', 'out', '.pytest_cache', '.hypothesis'}
 
 
 def _ignored(directory: str, names: list[str]) -> set[str]:
   top = pathlib.Path(directory) == REPO
-  return {n for n in names if n == '__pycache__' or n.endswith('.egg-info')
-          or (top and n in NOT_SOURCES)}
+  return {n for n in names if n.endswith('.egg-info') or (top and n in NOT_SOURCES)}
 
 
 def _run(args: list[str], cwd: pathlib.Path, **env: str) -> subprocess.CompletedProcess:
@@ -61,6 +61,7 @@ def test_wheel_holds_every_file_of_the_package_and_the_gin_configs(built):
   zarrays = {f for f in expected if f.endswith('/.zarray')}
   assert zarrays and all(f.startswith('specdec/weights/') for f in zarrays)
   assert sorted(expected - shipped) == []
+  assert [f for f in shipped if '__pycache__' in f or f.endswith('.pyc')] == []
   gin_files = {p.relative_to(source / 'configs').as_posix()
                for p in (source / 'configs').rglob('*.gin')}
   assert 'runs/multi30k_ende_infer.gin' in gin_files
