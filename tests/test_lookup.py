@@ -9,6 +9,7 @@ import pytest
 
 import specdec
 from specdec import sample as sample_lib
+from specdec import verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
 from specdec.models import llama, lookup, shortlist
 from test_sample import (CHI2_PVALUE, GREEDY, NUM_NEW, bigram_model, chi_square_pvalue,
@@ -114,7 +115,7 @@ def test_negative_control_accepting_every_draft_is_detected(monkeypatch):
   inputs = jnp.tile(jnp.asarray([PROMPT], jnp.int32), (SEQUENCES, 1))
   sampling = SamplingConfig(1.0)
   dist = exact_sequence_distribution(target_table, PROMPT[-1], NUM_NEW, sampling, None)
-  monkeypatch.setattr(sample_lib, 'accepts',
+  monkeypatch.setattr(verify_lib, 'accepts',
                       lambda r, p_x, q_x, lenience=1.0: jnp.ones_like(r, bool))
   jax.clear_caches()
   try:

@@ -50,12 +50,15 @@ class Config:
   seed: int = cli.field(0, "Sampling seed.")
 
 
-def shipped_costs(pair: str, batch: int) -> adaptive.StepCosts | None:
-  """The pair's measured costs at the largest measured batch <= `batch`, or None."""
-  path = pretrained.pair_dir(pair) / "costs.json" if pair not in workloads.TOY_PAIRS else None
-  if path is None or not path.exists():
+def shipped_costs(pair: str, batch: int, draft: str = "draft") -> adaptive.StepCosts | None:
+  """The pair's measured costs for `draft` at the largest measured batch <= `batch`
+  (`costs.json` beside its weights: {draft: {batch: StepCosts}}), or None."""
+  if pair in workloads.TOY_PAIRS:
     return None
-  table = json.loads(path.read_text())
+  path = pretrained.pair_dir(pair) / "costs.json"
+  table = json.loads(path.read_text()).get(draft) if path.exists() else None
+  if not table:
+    return None
   sizes = sorted(int(b) for b in table if int(b) <= batch) or sorted(map(int, table))
   return adaptive.StepCosts.from_json(json.dumps(table[str(sizes[-1])]))
 
@@ -149,7 +152,7 @@ def run(config: Config) -> dict[str, Any]:
                   for i in range(0, len(w.inputs) - batch + 1, batch)]
         costs = (adaptive.calibrate(target, draft, inputs[0],
                                     max_length=config.max_new_tokens + 16)
-                 if config.calibrate else shipped_costs(pair, batch))
+                 if config.calibrate else shipped_costs(pair, batch, name))
         if costs is None:
           costs = adaptive.calibrate(target, draft, inputs[0],
                                      max_length=config.max_new_tokens + 16)

@@ -1,0 +1,45 @@
+"""Measures each shipped pair's step costs (c, v(k)) for AutoGamma and stores them.
+
+    python scripts/research/calibrate_pairs.py [--pairs=...] [--batches=1,2,4,8,16]
+
+Writes `specdec/weights/<pair>/costs.json`: {draft: {batch: StepCosts}}, each measured
+by `specdec.adaptive.calibrate` (compiled-loop timings of one target step, one
+verification call per gamma + 1 of `AutoGamma`'s set, and one draft step) on the
+pair's first held-out prompts. Run it on a quiet machine: a loaded one reads high.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import jax.numpy as jnp
+
+from specdec import adaptive, pretrained
+from specdec.bench import workloads
+
+# {pair: {draft: batch sizes}}: the batch table's draft at every batch size.
+DRAFTS = {"smollm2_135m_instruct": {"draft+lookup": (1, 2, 4, 8, 16), "draft": (1,)},
+          "multi30k_ende": {"draft_distilled": (1,), "draft": (1,)}}
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--pairs", default=",".join(DRAFTS))
+  args = parser.parse_args()
+  for pair in args.pairs.split(","):
+    path = pretrained.pair_dir(pair) / "costs.json"
+    table = json.loads(path.read_text()) if path.exists() else {}
+    for draft, batches in DRAFTS[pair].items():
+      w = workloads.load(pair, max(batches), draft=draft)
+      for batch in batches:
+        costs = adaptive.calibrate(w.target, w.drafts[draft],
+                                   jnp.asarray(w.inputs[:batch]), max_length=80,
+                                   repeats=2, steps=8, rounds=2)
+        table.setdefault(draft, {})[str(batch)] = json.loads(costs.to_json())
+        print(pair, draft, batch, costs.c, dict(costs.v), flush=True)
+        path.write_text(json.dumps(table, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+  main()
