@@ -70,11 +70,6 @@ def _target_extend(target, state, chunk, with_features: bool):
   return logits, None, state
 
 
-def _pad(x: Array, width: int) -> Array:
-  """x [B, k, ...] zero-padded to [B, width, ...]."""
-  return jnp.pad(x, [(0, 0), (0, width - x.shape[1])] + [(0, 0)] * (x.ndim - 2))
-
-
 @flax.struct.dataclass
 class _SpeculativeState:
   """The `lax.while_loop` carry of `speculative_sample` (G: the largest gamma).
@@ -159,49 +154,40 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
           alpha_trace=jnp.zeros((batch, max_new_tokens), jnp.float32),
           gammas=rule.gammas))
 
-  def iteration(gamma: int, s: _SpeculativeState, keys: Array, r, active: Array):
-    """One iteration of Algorithm 1 with a static gamma; outputs padded to G."""
+  def draws(s: _SpeculativeState, gamma: int):
+    """This iteration's randomness, per row: gamma draft keys [B, gamma], the
+    uniforms r [B, G] (None at temperature 0 or gamma 0) and the key of t [B]."""
+    base = jax.vmap(jax.random.fold_in)(s.row_keys, s.stats.iterations)
+    draft_keys, r_keys, t_keys = (
+        jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(base) for i in range(3))
+    r = (None if sampling.greedy or gamma == 0
+         else jax.vmap(lambda k: uniform(k, (big,)))(r_keys))
+    return jax.vmap(lambda k: jax.random.split(k, gamma))(draft_keys), r, t_keys
+
+  def iteration(index: int, s: _SpeculativeState) -> _SpeculativeState:
+    """One iteration of Algorithm 1 with gamma = rule.gammas[index] (static)."""
+    gamma = rule.gammas[index]
+    active = ~s.done
+    draft_keys, r, t_keys = draws(s, gamma)
+    # 1. Draft.
     x, q, draft_bad, proposer_state = proposer.propose(
-        s.proposer_state, keys[:, :gamma], sampling, gamma)
+        s.proposer_state, draft_keys, sampling, gamma)
+    # 2. Verify: one call of Mp over [last, x_1..x_gamma].
     start = target.lengths(s.target_state)
     logits, chunk_features, target_state = _target_extend(
         target, s.target_state, jnp.concatenate([s.last[:, None], x], axis=1), features)
-    n, t, betas, p, target_bad = verify.verify(logits, x, q, r, keys[:, big + 1],
-                                                sampling, lenience)
+    # 3-4. Accept n drafts, then t from the residual (or from p_{gamma+1}).
+    n, t, betas, p, target_bad = verify.verify(logits, x, q, r, t_keys, sampling,
+                                                lenience)
     # Commit x_1..x_n, t: the chunk's slots past n hold t too and are never read.
     chunk = jnp.where(jnp.arange(gamma + 1)[None] < n[:, None],
                       jnp.concatenate([x, t[:, None]], axis=1), t[:, None])
     chunk_log_probs = (jnp.zeros(chunk.shape, jnp.float32) if p is None
                        else verify.log_probs(verify.take(p, chunk)))
-    proposer_state = proposer.commit(proposer_state, chunk, n, gamma, chunk_features,
-                                     active)
-    target_state = target.rewind(target_state, jnp.where(active, start + n + 1, start))
-    observed = jnp.arange(gamma)[None] < jnp.minimum(n + 1, gamma)[:, None]
-    bad = draft_bad + jnp.sum(target_bad, axis=1, dtype=jnp.int32)
-    return (target_state, proposer_state, n, _pad(chunk, big + 1),
-            _pad(chunk_log_probs, big + 1), _pad(betas, big), _pad(observed, big), bad)
-
-  def cond_fn(s: _SpeculativeState):
-    return jnp.any(~s.done)
-
-  def body_fn(s: _SpeculativeState) -> _SpeculativeState:
-    active = ~s.done
-    keys = _iteration_keys(s.row_keys, s.stats.iterations, big + 2)
-    r = None if sampling.greedy else jax.vmap(lambda k: uniform(k, (big,)))(keys[:, big])
-    alpha_hat = s.estimate.alpha(rule)
-    branches = [functools.partial(iteration, g) for g in rule.gammas]
-    if len(branches) == 1:
-      index, out = jnp.int32(0), branches[0](s, keys, r, active)
-    else:
-      index = _choose(rule, alpha_hat, active, jnp.max(s.stats.iterations), keys, r)
-      out = jax.lax.switch(index, branches, s, keys, r, active)
-    target_state, proposer_state, n, chunk, chunk_log_probs, betas, observed, bad = out
-    gamma = jnp.asarray(rule.gammas, jnp.int32)[index]
-
-    eos_at = _first_eos(chunk, jnp.arange(big + 1)[None] <= n[:, None], eos_id)
+    eos_at = _first_eos(chunk, jnp.arange(gamma + 1)[None] <= n[:, None], eos_id)
     hit_eos = eos_at <= n
     num_generated = s.num_generated + jnp.where(hit_eos, eos_at, n) + 1
-    t = verify.take_position(chunk, n)
+    observed = (jnp.arange(gamma)[None] < jnp.minimum(n + 1, gamma)[:, None]) & active[:, None]
 
     def keep(new, old):
       return jnp.where(active.reshape(active.shape + (1,) * (new.ndim - 1)), new, old)
@@ -212,17 +198,18 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
         iterations=stats.iterations + active,
         drafted=stats.drafted + gamma * active,
         accepted=stats.accepted + n * active,
-        beta_sum=stats.beta_sum + jnp.sum(jnp.where(observed, betas, 0.0), axis=1) * active,
-        beta_count=stats.beta_count + jnp.sum(observed, axis=1, dtype=jnp.int32) * active,
+        beta_sum=stats.beta_sum + jnp.sum(jnp.where(observed, betas, 0.0), axis=1),
+        beta_count=stats.beta_count + jnp.sum(observed, axis=1, dtype=jnp.int32),
         rejected=stats.rejected + ((n < gamma) & active).astype(jnp.int32),
-        nonfinite=stats.nonfinite + bad * active,
-        gamma_counts=stats.gamma_counts + (
-            (jnp.arange(len(rule.gammas)) == index)[None] & active[:, None]),
-        alpha_trace=keep(write_rows(stats.alpha_trace, alpha_hat[:, None], slot),
-                         stats.alpha_trace))
+        nonfinite=stats.nonfinite + (draft_bad + jnp.sum(target_bad, axis=1,
+                                                         dtype=jnp.int32)) * active,
+        gamma_counts=stats.gamma_counts.at[:, index].add(active.astype(jnp.int32)),
+        alpha_trace=keep(write_rows(stats.alpha_trace, s.estimate.alpha(rule)[:, None],
+                                    slot), stats.alpha_trace))
     return _SpeculativeState(
-        target_state=target_state,
-        proposer_state=proposer_state,
+        target_state=target.rewind(target_state, jnp.where(active, start + n + 1, start)),
+        proposer_state=proposer.commit(proposer_state, chunk, n, gamma, chunk_features,
+                                       active),
         last=keep(t, s.last),
         tokens=keep(write_rows(s.tokens, chunk, s.num_generated), s.tokens),
         log_probs=keep(write_rows(s.log_probs, chunk_log_probs, s.num_generated),
@@ -230,8 +217,31 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
         num_generated=keep(num_generated, s.num_generated),
         done=s.done | hit_eos | (num_generated >= max_new_tokens),
         row_keys=s.row_keys,
-        estimate=s.estimate.update(rule, betas, observed & active[:, None], active),
+        estimate=s.estimate.update(rule, betas, observed, active),
         stats=stats)
+
+  def choice(s: _SpeculativeState) -> Array:
+    _, r, t_keys = draws(s, big)
+    return _choose(rule, s.estimate.alpha(rule), ~s.done, jnp.max(s.stats.iterations),
+                   t_keys, r)
+
+  def plain_run(index: int, s: _SpeculativeState) -> _SpeculativeState:
+    """gamma = 0: plain target steps for as long as the rule keeps choosing them, in a
+    loop of their own, so that a decode the rule keeps from drafting costs what the
+    baseline's loop costs (a `lax.switch` per token would not)."""
+    step = functools.partial(iteration, index)
+    return jax.lax.while_loop(lambda s: jnp.any(~s.done) & (choice(s) == index), step,
+                              step(s))
+
+  def cond_fn(s: _SpeculativeState):
+    return jnp.any(~s.done)
+
+  def body_fn(s: _SpeculativeState) -> _SpeculativeState:
+    if len(rule.gammas) == 1:
+      return iteration(0, s)
+    branches = [functools.partial(plain_run if g == 0 else iteration, i)
+                for i, g in enumerate(rule.gammas)]
+    return jax.lax.switch(choice(s), branches, s)
 
   s = jax.lax.while_loop(cond_fn, body_fn, state)
   tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated,

@@ -187,4 +187,5 @@ def verify(logits: Array, x: Array, q, r, key: Array, sampling: SamplingConfig,
   if sampling.greedy:
     return (*lenient_greedy_step(logits, x, sampling, lenience), None, nonfinite(logits))
   p, bad = probabilities_checked(logits, sampling)
-  return (*speculative_step(p, q, x, r[:, :gamma], key, lenience), p, bad)
+  r = None if gamma == 0 else r[:, :gamma]
+  return (*speculative_step(p, q, x, r, key, lenience), p, bad)

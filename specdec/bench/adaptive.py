@@ -7,7 +7,8 @@ For each pair, temperature and batch size, every decoder is timed on the same in
 in interleaved rounds (the minimum of each per input counts): the autoregressive
 baseline, speculative decoding at each fixed gamma, and `specdec.AutoGamma` with the
 pair's shipped step costs (`costs.json` beside its weights, measured by
-`specdec.adaptive.calibrate`; `--calibrate` measures them anew at each batch size).
+`specdec.adaptive.calibrate`; `--calibrate` measures them anew at each batch size) and
+the draft's measured alpha at that temperature (its model card) as the prior.
 Each row reports ms/token and tokens/s of the three, the best fixed gamma (chosen
 after the fact: an oracle), adaptive / baseline and adaptive / best fixed, the gammas
 adaptive chose, and measured / predicted: Theorem 3.8 with the chosen gammas, i.e. the
@@ -61,6 +62,19 @@ def shipped_costs(pair: str, batch: int, draft: str = "draft") -> adaptive.StepC
     return None
   sizes = sorted(int(b) for b in table if int(b) <= batch) or sorted(map(int, table))
   return adaptive.StepCosts.from_json(json.dumps(table[str(sizes[-1])]))
+
+
+def measured_alpha(pair: str, draft: str, temperature: float) -> float | None:
+  """The draft's alpha on the pair's own held-out set at this temperature (0 or 1),
+  from its model card, or None: AutoGamma's prior."""
+  if pair in workloads.TOY_PAIRS:
+    return None
+  info, key = pretrained.pair_info(pair), "0" if temperature < 0.5 else "1"
+  if workloads.is_lm_pair(pair):
+    block = info.get("context_lookup" if draft.endswith("+lookup") else "metrics", {})
+    return block.get("teacher_forced_alpha", {}).get(key)
+  return (info.get("metrics", {}).get("alpha", {}).get(draft, {})
+          .get("multi30k_test_2016", {}).get(key))
 
 
 def _draft_name(pair: str, draft: str, temperature: float) -> str:
@@ -156,7 +170,9 @@ def run(config: Config) -> dict[str, Any]:
         if costs is None:
           costs = adaptive.calibrate(target, draft, inputs[0],
                                      max_length=config.max_new_tokens + 16)
-        rule = adaptive.AutoGamma.from_costs(costs)
+        prior = measured_alpha(pair, name, temperature)
+        rule = adaptive.AutoGamma.from_costs(costs, **({} if prior is None else
+                                                       dict(prior=prior)))
         decoders = {"baseline": measure.autoregressive_decoder(
             target, config.max_new_tokens, sampling, w.eos_id)}
         for g in config.fixed_gammas:

@@ -158,7 +158,7 @@ class ModelProposer:
   extra draft call). Shapes are static, so that first step always feeds W tokens, of
   which 1 to W are real; the cache is rewound past the placeholders at once. W is 2
   ([x_gamma, t] or [t]) unless some iterations skip the draft (gamma 0): each such
-  iteration adds its t to `pending`, which is fed when it is full (W = 4).
+  iteration adds its t to `pending`, a window of the last W = 4 (`owe`).
   """
 
   draft: DecodeModel
@@ -220,18 +220,24 @@ class ModelProposer:
                        num_pending=_mask(active, new.num_pending, state.num_pending))
 
   def _owe(self, state, t, active):
-    """An iteration without drafts: t joins `pending`; a full `pending` is fed first."""
-    width = state.pending.shape[1]
+    """An iteration without drafts: t joins `pending` (`owe`)."""
+    pending, num_pending = owe(state.pending, state.num_pending, t, active)
+    return state.replace(pending=pending, num_pending=num_pending)
 
-    def feed(state):
-      start = self.draft.lengths(state.draft_state)
-      _, draft_state = self.draft.extend(state.draft_state, state.pending)
-      kept = jnp.where(active, start + state.num_pending, start)
-      return state.replace(draft_state=self.draft.rewind(draft_state, kept),
-                           num_pending=jnp.where(active, 0, state.num_pending))
 
-    full = jnp.any(active & (state.num_pending >= width))
-    state = jax.lax.cond(full, feed, lambda s: s, state)
-    slot = jnp.arange(width)[None] == state.num_pending[:, None]
-    pending = jnp.where(slot & active[:, None], t[:, None], state.pending)
-    return state.replace(pending=pending, num_pending=state.num_pending + active)
+def owe(pending: Array, num_pending: Array, new: Array, active: Array):
+  """Appends `new` [B, ...] to `pending` [B, W, ...] in active rows; a full window
+  drops its oldest token instead of growing. No draft call: after a run of
+  iterations without drafts the draft sees the last W tokens and not the ones
+  before, which changes q (and so alpha), never the law of the output."""
+  width = pending.shape[1]
+  full = (num_pending >= width)[:, None]
+  shifted = jnp.concatenate([pending[:, 1:], new[:, None]], axis=1)
+  slot = jnp.arange(width)[None] == num_pending[:, None]
+  slot = slot.reshape(slot.shape + (1,) * (pending.ndim - 2))
+  full = full.reshape(full.shape + (1,) * (pending.ndim - 2))
+  grown = jnp.where(slot, new[:, None], pending)
+  updated = jnp.where(full, shifted, grown)
+  keep = active.reshape(active.shape + (1,) * (pending.ndim - 1))
+  return (jnp.where(keep, updated, pending),
+          jnp.where(active, jnp.minimum(num_pending + 1, width), num_pending))

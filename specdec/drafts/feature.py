@@ -17,7 +17,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specdec.drafts.base import _mask, draw, no_drafts, stack_drafts, step_keys
+from specdec.drafts.base import _mask, draw, no_drafts, owe, stack_drafts, step_keys
 from specdec.verify import take_position
 
 Array = jax.Array
@@ -114,22 +114,8 @@ class FeatureProposer:
                          **_mask(active, new, old))
 
   def _owe(self, state, t, feature, active):
-    """An iteration without drafts: t joins `pending`; a full `pending` is fed first."""
-    width = state.pending.shape[1]
-
-    def feed(state):
-      start = self.draft.lengths(state.draft_state)
-      _, _, draft_state = self.draft.extend(state.draft_state, state.pending,
-                                            state.pending_features)
-      kept = jnp.where(active, start + state.num_pending, start)
-      return state.replace(draft_state=self.draft.rewind(draft_state, kept),
-                           num_pending=jnp.where(active, 0, state.num_pending))
-
-    full = jnp.any(active & (state.num_pending >= width))
-    state = jax.lax.cond(full, feed, lambda s: s, state)
-    slot = (jnp.arange(width)[None] == state.num_pending[:, None]) & active[:, None]
-    return state.replace(
-        pending=jnp.where(slot, t[:, None], state.pending),
-        pending_features=jnp.where(slot[..., None], feature[:, None],
-                                   state.pending_features),
-        num_pending=state.num_pending + active)
+    """An iteration without drafts: t and its feature join `pending` (`owe`)."""
+    pending, num_pending = owe(state.pending, state.num_pending, t, active)
+    features, _ = owe(state.pending_features, state.num_pending, feature, active)
+    return state.replace(pending=pending, pending_features=features,
+                         num_pending=num_pending)
