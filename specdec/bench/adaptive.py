@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -83,26 +82,6 @@ def _draft_name(pair: str, draft: str, temperature: float) -> str:
   if workloads.is_lm_pair(pair):
     return "draft+lookup"
   return pretrained.best_draft(pair, temperature)
-
-
-def time_each(decoders: dict[str, Any], inputs: Sequence[jax.Array], key: jax.Array,
-              repeats: int) -> dict[str, tuple[list[float], list[Any]]]:
-  """Per input, each decoder once untimed and then `repeats` rounds in turn; returns,
-  per decoder, (the minimum seconds of each input, the outputs)."""
-  out = {name: ([], []) for name in decoders}
-  for i, x in enumerate(inputs):
-    k = jax.random.fold_in(key, i)
-    for name, decode in decoders.items():
-      out[name][1].append(jax.block_until_ready(decode(x, k)))
-    best = {name: float("inf") for name in decoders}
-    for _ in range(repeats):
-      for name, decode in decoders.items():
-        start = time.perf_counter()
-        jax.block_until_ready(decode(x, k).tokens)
-        best[name] = min(best[name], time.perf_counter() - start)
-    for name in decoders:
-      out[name][0].append(best[name])
-  return out
 
 
 def _tokens(outputs) -> int:
@@ -180,7 +159,7 @@ def run(config: Config) -> dict[str, Any]:
               target, draft, g, config.max_new_tokens, sampling, w.eos_id)
         decoders["adaptive"] = measure.speculative_decoder(
             target, draft, rule, config.max_new_tokens, sampling, w.eos_id)
-        timed = time_each(decoders, inputs, jax.random.key(config.seed), config.repeats)
+        timed = measure.time_each(decoders, inputs, jax.random.key(config.seed), config.repeats)
         if temperature == 0.0:
           for name, (_, outs) in timed.items():
             same = all(np.array_equal(a.tokens, b.tokens)

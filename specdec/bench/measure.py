@@ -156,22 +156,20 @@ def time_decodes(decode: Callable[[jax.Array, jax.Array], sample.SampleOutput],
   return time_decodes_paired({"decode": decode}, inputs, key, repeats)["decode"]
 
 
-def time_decodes_paired(decoders: dict[str, Callable[[jax.Array, jax.Array],
-                                                       sample.SampleOutput]],
-                        inputs: list[jax.Array], key: jax.Array, repeats: int = 3
-                        ) -> dict[str, tuple[float, list[sample.SampleOutput]]]:
-  """`time_decodes` for several decoders side by side: per input, each decoder once
-  untimed, then `repeats` rounds timing each in turn, so that a slow spell of a shared
-  machine falls on all of them alike. Returns, per decoder, (seconds per generated
-  token: the sum over inputs of the minimum times over its tokens, outputs)."""
+def time_each(decoders: dict[str, Callable[[jax.Array, jax.Array], sample.SampleOutput]],
+              inputs: list[jax.Array], key: jax.Array, repeats: int = 3
+              ) -> dict[str, tuple[list[float], list[sample.SampleOutput]]]:
+  """Per input, each decoder once untimed (compiling if needed, and giving the
+  output), then `repeats` rounds timing each in turn, so that a slow spell of a shared
+  machine falls on all of them alike. Returns, per decoder, (the minimum seconds of
+  each input, the outputs)."""
   if repeats < 1:
     raise ValueError(f"repeats must be >= 1, got {repeats}")
-  outputs = {name: [] for name in decoders}
-  seconds = {name: 0.0 for name in decoders}
+  out = {name: ([], []) for name in decoders}
   for i, x in enumerate(inputs):
     k = jax.random.fold_in(key, i)
     for name, decode in decoders.items():
-      outputs[name].append(jax.block_until_ready(decode(x, k)))
+      out[name][1].append(jax.block_until_ready(decode(x, k)))
     best = {name: float("inf") for name in decoders}
     for _ in range(repeats):
       for name, decode in decoders.items():
@@ -179,9 +177,20 @@ def time_decodes_paired(decoders: dict[str, Callable[[jax.Array, jax.Array],
         jax.block_until_ready(decode(x, k).tokens)
         best[name] = min(best[name], time.perf_counter() - start)
     for name in decoders:
-      seconds[name] += best[name]
-  return {name: (seconds[name] / max(int(sum(np.sum(o.lengths) for o in outs)), 1), outs)
-          for name, outs in outputs.items()}
+      out[name][0].append(best[name])
+  return out
+
+
+def time_decodes_paired(decoders: dict[str, Callable[[jax.Array, jax.Array],
+                                                       sample.SampleOutput]],
+                        inputs: list[jax.Array], key: jax.Array, repeats: int = 3
+                        ) -> dict[str, tuple[float, list[sample.SampleOutput]]]:
+  """`time_decodes` for several decoders side by side (`time_each`). Returns, per
+  decoder, (seconds per generated token: the sum over inputs of the minimum times
+  over its tokens, outputs)."""
+  timed = time_each(decoders, inputs, key, repeats)
+  return {name: (sum(seconds) / max(int(sum(np.sum(o.lengths) for o in outs)), 1), outs)
+          for name, (seconds, outs) in timed.items()}
 
 
 def speculative_decoder(target, draft, gamma: int, max_new_tokens: int,
