@@ -50,6 +50,7 @@ def vmapped_decode(target, draft, rule, sampling, seed):
 @pytest.mark.parametrize("sampling", [SamplingConfig(1.0),
                                       SamplingConfig(0.8, top_k=4, top_p=0.9)],
                          ids=["temperature_1", "top_k_top_p"])
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_adaptive_sequences_follow_the_target_distribution(sampling):
   target_table, draft_table = varying_tables()
   samples, out = vmapped_decode(bigram_model(target_table), bigram_model(draft_table),
@@ -60,6 +61,7 @@ def test_adaptive_sequences_follow_the_target_distribution(sampling):
   assert chi_square_pvalue(samples, dist) > CHI2_PVALUE
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_negative_control_a_choice_that_reads_this_iterations_draws_is_detected(
     monkeypatch):
   """The same test must reject a rule that looks at the current iteration's uniforms:
@@ -80,6 +82,7 @@ def test_negative_control_a_choice_that_reads_this_iterations_draws_is_detected(
   assert chi_square_pvalue(samples, dist) < CHI2_PVALUE
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_a_batch_shares_one_gamma_and_keeps_the_law():
   """Batch 100k: one chunk length per target call, the rows' law unchanged."""
   sampling = SamplingConfig(1.0)
@@ -126,6 +129,7 @@ def test_greedy_adaptive_equals_greedy_target_on_causal_lms(schedule, monkeypatc
   assert np.count_nonzero(np.asarray(spec.stats.gamma_counts).sum(0)) >= 2
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_a_scripted_past_only_schedule_keeps_the_law(monkeypatch):
   """Gamma-0 runs long enough to fill the draft's pending chunk, then drafts again."""
   sampling = SamplingConfig(1.0)
@@ -148,6 +152,7 @@ def test_a_scripted_past_only_schedule_keeps_the_law(monkeypatch):
   assert chi_square_pvalue(tokens[:, 5:], marginal) > CHI2_PVALUE
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_greedy_adaptive_equals_greedy_target_on_llama_and_t5():
   from test_llama import ragged_inputs, tiny_model as tiny_llama  # pylint: disable=import-outside-toplevel
   from t5_helpers import random_inputs, tiny_model as tiny_t5  # pylint: disable=import-outside-toplevel
@@ -264,6 +269,7 @@ def test_costs_round_trip_through_json(tmp_path):
     costs.v_of(10)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_calibrate_measures_c_and_v_for_every_gamma():
   target_table, draft_table = varying_tables()
   costs = adaptive.calibrate(bigram_model(target_table), bigram_model(draft_table),

@@ -3,12 +3,14 @@
 import json
 
 import numpy as np
+import pytest
 
 from specdec import adaptive
 from specdec.bench import __main__ as bench_main
 from specdec.bench import adaptive as bench_adaptive
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_run_times_baseline_fixed_gammas_and_adaptive_side_by_side():
   config = bench_adaptive.Config(pair="toy_llama", temperatures=(0.0,), batches=(1, 2),
                                  fixed_gammas=(1, 3), num_prompts=2, max_new_tokens=8,

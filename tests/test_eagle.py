@@ -192,6 +192,7 @@ STAT_SAMPLES = 40_000
 
 @pytest.mark.parametrize("sampling,gamma", [(SamplingConfig(1.0), 2),
                                             (SamplingConfig(0.8, top_k=3), 3)])
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_speculative_sequences_with_a_feature_draft_follow_the_target_law(sampling,
                                                                           gamma):
   """Chi-square over all 4^3 continuations; p < 1e-3 rejects (false alarm 0.1%).

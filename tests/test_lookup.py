@@ -92,6 +92,7 @@ PROMPT = [2, 0, 3, 1]  # the target's law depends on the last token only (1)
     (SamplingConfig(0.6, top_k=3), 2, 1, 1, 1.0),
     (SamplingConfig(1.0, top_p=0.8), 4, 1, 3, 0.5),
 ], ids=['t1', 't0.6_top3_onehot', 'top_p0.8'])
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_speculative_sequences_follow_the_target_distribution(sampling, gamma, min_ngram,
                                                               max_ngram, weight):
   target_table, draft_table = toy_tables(seed=7)

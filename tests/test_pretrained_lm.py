@@ -113,6 +113,7 @@ def _hf_greedy(reference, tokens, eos_id):
   return new[:new.index(eos_id) + 1] if eos_id in new else new
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_load_lm_gives_the_smollm2_llama_and_its_tokenizer(lm):
   model, tok = lm
   assert isinstance(model, llama.Llama) and isinstance(model, specdec.DecodeModel)
@@ -124,6 +125,7 @@ def test_load_lm_gives_the_smollm2_llama_and_its_tokenizer(lm):
   assert all(isinstance(x, jax.Array) and x.dtype == jnp.float32 for x in leaves)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_a_second_load_shares_the_weights_with_its_own_pad_id_and_tokenizer(lm):
   """`load_lm` keeps the last model it built: a second call (here with another
   pad_id) returns a model over the same device arrays, packed copy included, and a
@@ -140,6 +142,7 @@ def test_a_second_load_shares_the_weights_with_its_own_pad_id_and_tokenizer(lm):
     assert len(a) == len(b) > 0 and all(x is y for x, y in zip(a, b))
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_float32_logits_of_a_64_token_prompt_match_transformers(lm, reference):
   model, tok = lm
   tokens = np.asarray([tok.encode(TEXT)[:64]], np.int32)
@@ -200,6 +203,7 @@ def test_greedy_speculative_decoding_with_a_random_tiny_llama_draft_equals_greed
   assert np.asarray(out.tokens[0, :int(out.lengths[0])]).tolist() == ours[:24]
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_greedy_speculative_decoding_with_a_bigram_draft_equals_greedy_and_accepts(
     lm, ours):
   model, tok = lm

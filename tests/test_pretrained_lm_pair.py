@@ -111,6 +111,7 @@ def pair():
   return pretrained.load_pair(NAME)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_load_pair_gives_float32_models_over_one_vocabulary_and_the_tokenizer(pair):
   target, draft, tok = pair
   assert isinstance(target, llama.Llama) and isinstance(draft, shortlist.Shortlist)
@@ -125,6 +126,7 @@ def test_load_pair_gives_float32_models_over_one_vocabulary_and_the_tokenizer(pa
     assert all(isinstance(x, jax.Array) and x.dtype == jnp.float32 for x in leaves)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_greedy_speculative_decoding_with_the_draft_equals_the_targets_greedy(pair):
   target, draft, tok = pair  # the shortlist draft: q = 0 off its 8192 tokens
   prompts = [lm_prompts.encode(tok, m) for m in pretrained.lm_eval_prompts(NAME)[:2]]
@@ -139,6 +141,7 @@ def test_greedy_speculative_decoding_with_the_draft_equals_the_targets_greedy(pa
   assert int(np.sum(np.asarray(out.stats.accepted))) > 0
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_transformers_loads_the_draft_with_the_same_logits():
   transformers = pytest.importorskip('transformers')
   torch = pytest.importorskip('torch')
@@ -158,6 +161,7 @@ def test_transformers_loads_the_draft_with_the_same_logits():
   np.testing.assert_allclose(ours, theirs, atol=2e-3, rtol=0)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_pair_is_a_pair_with_its_card_and_a_round_tripping_tokenizer(pair):
   from specdec.io import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   target, draft, tok = pair
@@ -172,6 +176,7 @@ def test_the_pair_is_a_pair_with_its_card_and_a_round_tripping_tokenizer(pair):
   assert pretrained.load_tokenizer(NAME).encode('Hi there') == tok.encode('Hi there')
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_a_lookup_draft_loads_by_its_name_in_drafts():
   pytest.importorskip('gguf')
   try:

@@ -124,6 +124,7 @@ def test_num_accepted_counts_only_the_leading_run():
 
 
 @pytest.mark.parametrize("gamma", [1, 3])
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_speculative_step_samples_p_in_distribution(gamma):
   """Steps 3-4 themselves (not the closed form): 200k draws of the first token."""
   v, batch = 5, 200_000
@@ -215,6 +216,7 @@ def draw_sequences(target, draft, sampling, gamma, eos_id, seed):
 
 
 @pytest.mark.parametrize("name", list(SEQUENCE_CASES))
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_speculative_sequences_follow_the_target_distribution(name):
   sampling, gamma, eos_id = SEQUENCE_CASES[name]
   target_table, draft_table = toy_tables(seed=7)
@@ -227,6 +229,7 @@ def test_speculative_sequences_follow_the_target_distribution(name):
   assert chi_square_pvalue(samples, dist) > CHI2_PVALUE
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_negative_control_accepting_every_draft_is_detected(monkeypatch):
   """The same test must reject a sampler that skips the acceptance test."""
   sampling, gamma, eos_id = SEQUENCE_CASES["temperature_1"]
@@ -588,6 +591,7 @@ def assert_tail_follows_the_law(tokens, false_alarm):
   return tail.size, collisions, mean
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_baseline_draws_tokens_far_below_2_to_the_minus_23_with_their_probability():
   """2^20 draws at V = 32768: ~1030 in the tail, ~16 collisions expected under p.
 
@@ -614,6 +618,7 @@ def test_speculative_draws_tokens_far_below_2_to_the_minus_23_with_their_probabi
   assert_tail_follows_the_law(out.tokens, false_alarm=1e-4)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_zero_probability_tokens_are_never_drawn_at_full_vocabulary():
   # Zero-probability tokens interleaved with tiny and large ones, in every block.
   rng = np.random.default_rng(3)
@@ -738,6 +743,7 @@ def _program_loops(hlo_text):
           if not (m and any(name in m.group(1) for name in prng))]
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_compiled_decode_has_no_loops_but_the_decode_loop_and_the_draft_scan():
   """No search loops (nor any other) nested in the decode: on a GPU each iteration of
   a nested loop is a kernel launch."""

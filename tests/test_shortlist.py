@@ -108,6 +108,7 @@ def _shortlist_law_pvalue():
   return scipy_stats.chisquare(observed, expected).pvalue
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_speculative_tokens_follow_the_target_law_with_a_shortlist_draft():
   assert _shortlist_law_pvalue() > 1e-3  # false alarm 1e-3, fixed seed
 
