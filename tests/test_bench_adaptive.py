@@ -29,6 +29,7 @@ def test_run_times_baseline_fixed_gammas_and_adaptive_side_by_side():
   assert "adaptive / best fixed" in text and "toy_llama" in text
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_command_line_writes_json_and_markdown(tmp_path, capsys):
   out = tmp_path / "adaptive.json"
   assert bench_main.main(["adaptive", "--pair=toy_t5", "--temperatures=1",

@@ -27,6 +27,7 @@ def _check(result, names):
   assert "bound at alpha 1" in text and "roofline" in text
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_shipped_pair_with_every_strategy():
   result = costs.run(costs.Config(max_chunk=2, rounds=1, steps=2))
   packed = {"packed"} if result["draft_packed"] else set()

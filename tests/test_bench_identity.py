@@ -186,6 +186,7 @@ def test_generated_mask_top2_gap_fitting_prefix_and_right_pad():
                                load_lm=load_tiny_lm)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_subcommand_runs_on_two_sentences_of_the_shipped_pair():
   config = bench_identity.Config(num_sentences=2, gammas=(2,), dtypes=("float32",),
                                  batch=2, max_new_tokens=4)

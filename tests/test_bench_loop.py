@@ -42,6 +42,7 @@ def test_a_draft_equal_to_the_target_takes_gamma_plus_one_tokens_per_iteration(p
   assert r["tokens_per_iteration"] == pytest.approx(new / r["iterations"])
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_loop_costs_bookkeeping(pair):
   target, draft = pair
   gamma, new = 3, 6

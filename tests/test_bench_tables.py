@@ -33,6 +33,7 @@ def result():
   return tables.run(tables.Config(**TINY))
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_every_row_has_every_field_and_greedy_rows_equal_the_baseline(result):
   assert {"config", "alpha", "baseline", "costs", "rows", "best"} <= set(result)
   assert [(r["temperature"], r["draft"], r["gamma"]) for r in result["rows"]] == [

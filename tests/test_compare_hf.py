@@ -163,6 +163,7 @@ def test_lm_prompts_are_padded_for_specdec_only(lm_pair):
     assert (p[0, len(ids):] == LM_PAD).all()
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_lm_pair_every_system_gives_the_specdec_baseline_tokens(lm_pair, lm_result):
   eos, stop = lm_pair[5]
   agreement = lm_result["agreement"]

@@ -9,6 +9,7 @@ from specdec import demo, lm_prompts, pretrained
 from specdec.bench import demo as bench_demo
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_demo_runs_on_two_sentences(tmp_path):
   result = demo.run("multi30k_ende", num_sentences=2, gamma=2, max_new_tokens=8,
                     input_length=48, repeats=1, seed=0, progress=False)
@@ -42,6 +43,7 @@ class _ByteTokenizer:
     return " ".join(map(str, ids))
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_decoder_only_part_runs_with_tiny_models(monkeypatch):
   """run_lm's wiring (chat prompts, pad buckets, both temperatures, the model card's
   gamma) on tiny random Llamas; the shipped pair's own run is in

@@ -31,6 +31,7 @@ def every_kind_of_draft():
   }
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_every_shipped_kind_of_draft_is_a_proposer_and_decodes_greedy_mp():
   target, kinds = every_kind_of_draft()
   x = ragged_inputs(3, 5, target.vocab_size, [5, 2, 4], seed=1)

@@ -60,6 +60,7 @@ def test_the_targets_features_are_the_hidden_states_its_logits_come_from():
   assert target.feature_size == target.config.hidden_size == features.shape[-1]
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_chunked_extends_give_the_full_pass_over_the_same_features():
   target = tiny_model(0, pad_id=None)
   draft = feature_draft(target, ids=np.arange(0, 64, 2))

@@ -273,6 +273,7 @@ def test_greedy_speculative_equals_the_targets_greedy_decode():
   assert_greedy_identity(target, draft, x, gamma=3)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_with_layers_is_the_model_with_the_other_layers_made_identities():
   """A layer whose attention output and MLP output kernels are zero adds nothing to
   the residual stream: the full model so silenced at layers 1 and 3 must give the
@@ -391,6 +392,7 @@ def test_negative_controls_the_same_samples_reject_a_wrong_distribution(name, wr
 # -------------------------------------------------------------------------- sharding
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_sharded_speculative_decoding_equals_single_device():
   """8 simulated CPU devices, parameters over ('data', 'model') = (2, 4): greedy
   speculative decoding of a Llama pair is token-identical to one device and gathers
@@ -416,6 +418,7 @@ def test_sharded_speculative_decoding_equals_single_device():
 
 
 @pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_packed_weights_give_the_unpacked_logits_for_every_chunk_length(tied):
   """The tile-major copy (`pack_params`, read by `specdec.kernels`) changes only the
   order of float32 sums: chunks over ragged rows, the prompt's

@@ -49,6 +49,7 @@ def test_make_mesh_errors():
     sharding.make_mesh(len(jax.devices()) + 1, 1)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_sharded_speculative_decoding_equals_single_device():
   """8 simulated CPU devices, parameters over ('data', 'model') = (2, 4): greedy
   speculative decoding is token-identical to one device and gathers no parameter."""

@@ -437,6 +437,7 @@ def _greedy_pair(target, draft):
   return out, base
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_speculative_at_temperature_zero_is_greedy(model):
   """Section 2.3 / Appendix A.1: at temperature 0 speculative decoding outputs
   exactly the target's greedy decode, whatever the draft. (A draft of another size
@@ -505,6 +506,7 @@ def _chunk_logits(a, b):
 
 
 @pytest.mark.parametrize("version", ["1.0", "1.1"])
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_packed_decoder_weights_give_the_unpacked_logits_for_every_chunk_length(
     version):
   """The decoder weights' tile-major copy (`t5.pack_params`, read by

@@ -236,6 +236,7 @@ def test_greedy_speculative_decoding_equals_the_greedy_decode(pair, greedy_refer
   assert int(np.sum(out.stats.accepted)) > 0 and int(np.sum(out.stats.rejected)) > 0
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_t5x_decode_cuts_each_row_where_t5x_stops_and_scores_what_it_keeps(
     pair, greedy_reference):
   """specdec.t5x.decode_decoder_only: row b keeps L - P_b tokens, as T5X's
