@@ -38,12 +38,14 @@ import dataclasses
 import json
 import math
 import numbers
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from specdec import theory
 
 Array = jax.Array
 
@@ -177,12 +179,7 @@ class AutoGamma:
   def predicted_speedup(self, alpha: float, gamma: int) -> float:
     """Theorem 3.8 with this rule's costs, for one gamma of the set."""
     cost = self.costs[self.gammas.index(gamma)]
-    return float(expected_tokens(jnp.float32(alpha), gamma) / cost)
-
-
-def expected_tokens(alpha: Array, gamma: int) -> Array:
-  """Equation 1, sum_{i=0..gamma} alpha^i (exact at alpha = 1), elementwise."""
-  return sum(alpha ** i for i in range(gamma + 1)) if gamma else jnp.ones_like(alpha)
+    return float(theory.expected_tokens(alpha, gamma) / cost)
 
 
 @flax.struct.dataclass
@@ -236,23 +233,12 @@ def calibrate(target: Any, draft: Any, inputs: Array, gammas: Sequence[int] = DE
   """Measures c and v(gamma + 1) for `gammas` on this pair at this batch size.
 
   Each is one `extend` on a primed cache, timed inside a compiled loop, minimum over
-  rounds, all measured in turn in each round (`specdec.bench.measure.step_costs`, the
-  benchmarks' own timing). Store the result with `StepCosts.save`.
+  rounds, all measured in turn in each round (`specdec.bench.measure.verify_costs`,
+  the benchmarks' own timing). Store the result with `StepCosts.save`.
   """
   from specdec.bench import measure  # pylint: disable=import-outside-toplevel
   ks = sorted({g + 1 for g in gammas if g > 0})
-  c_values, v = [], []
-  for k in ks:
-    r = measure.step_costs(target, draft, inputs, k - 1, max_length, repeats=repeats,
+  r = measure.verify_costs(target, draft, inputs, ks, max_length, repeats=repeats,
                            steps=steps, rounds=rounds)
-    c_values.append(r["c"])
-    v.append((k, r["v"]))
-  return StepCosts(c=float(np.median(c_values)) if c_values else 0.0, v=tuple(v),
+  return StepCosts(c=r["c"], v=tuple((k, r["v"][k]) for k in ks),
                    batch=int(inputs.shape[0]), device=jax.devices()[0].device_kind)
-
-
-def auto_gamma(costs: Optional[StepCosts] = None, **kwargs) -> AutoGamma:
-  """`AutoGamma.from_costs(costs)`, or the paper's premise (v = 1, c = 0.05) if None."""
-  if costs is None:
-    return AutoGamma.from_c(0.05, **kwargs)
-  return AutoGamma.from_costs(costs, **kwargs)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 # One definition of a valid lenience, the sampler's (Appendix A.5).
-from specdec.sample import check_lenience
+from specdec._checks import check_lenience
 
 
 def _check_gamma(gamma) -> np.ndarray:

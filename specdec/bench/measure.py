@@ -108,24 +108,19 @@ def step_costs(target, draft, inputs: jax.Array, gamma: int, max_length: int,
   (`extend_seconds`); the minimum over `rounds` x `repeats`, the three measured in
   turn in each round so that a slow spell of the machine cannot fall on one alone.
   """
-  start = target.start_tokens(inputs)[:, None]
+  r = verify_costs(target, draft, inputs, [gamma + 1], max_length, repeats, steps,
+                   rounds)
+  return dict(t_p1=r["t_p1"], t_p_gamma1=r["t_p"][gamma + 1], t_q=r["t_q"], c=r["c"],
+              v=r["v"][gamma + 1])
+
+
+def _primed(target, draft, inputs: jax.Array, max_length: int):
+  """(target state, the draft as one-step model, its state), both caches primed by
+  `init` (a feature draft with the target's prompt features)."""
   if sample.reads_target_features(draft):
     target_state, features = target.init_with_features(inputs, max_length)
-    draft_state = draft.init(inputs, max_length, features)
-    draft = _FeatureStep(draft)
-  else:
-    target_state = target.init(inputs, max_length)
-    draft_state = draft.init(inputs, max_length)
-  chunk = jnp.tile(start, (1, gamma + 1))
-  calls = dict(t_p1=(target, target_state, start),
-               t_p_gamma1=(target, target_state, chunk),
-               t_q=(draft, draft_state, start))
-  best = {name: float("inf") for name in calls}
-  for _ in range(rounds):
-    for name, (model, state, tokens) in calls.items():
-      best[name] = min(best[name], extend_seconds(model, state, tokens, repeats, steps,
-                                                  reduce=np.min))
-  return dict(best, c=best["t_q"] / best["t_p1"], v=best["t_p_gamma1"] / best["t_p1"])
+    return target_state, _FeatureStep(draft), draft.init(inputs, max_length, features)
+  return target.init(inputs, max_length), draft, draft.init(inputs, max_length)
 
 
 def predicted_speedup(alpha: float, gamma: int, c: float, v: float = 1.0) -> float:
@@ -525,8 +520,7 @@ def verify_costs(target, draft, inputs: jax.Array, chunks: Any, max_length: int,
   if ks[0] < 1:
     raise ValueError(f"chunks must be positive ints, got {chunks!r}")
   start = target.start_tokens(inputs)[:, None]
-  target_state = target.init(inputs, max_length)
-  draft_state = draft.init(inputs, max_length)
+  target_state, draft, draft_state = _primed(target, draft, inputs, max_length)
   calls = {k: (target, target_state, jnp.tile(start, (1, k))) for k in ks}
   calls["q"] = (draft, draft_state, start)
   best = {name: float("inf") for name in calls}
