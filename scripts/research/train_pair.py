@@ -49,8 +49,8 @@ PAD_ID = 0
 
 # Both v1.1 (gated GELU, untied logits), float32 for training on a CPU.
 PRESETS = {
-    "target": t5.T5Config(vocab_size=t5.T5_VOCAB_SIZE, dtype=jnp.float32, emb_dim=128,
-                          num_heads=4, head_dim=32, mlp_dim=512, num_encoder_layers=3,
+    "target": t5.T5Config(vocab_size=t5.T5_VOCAB_SIZE, dtype=jnp.float32, emb_dim=256,
+                          num_heads=4, head_dim=64, mlp_dim=1024, num_encoder_layers=3,
                           num_decoder_layers=3, mlp_activations=("gelu", "linear"),
                           dropout_rate=0.1, logits_via_embedding=False),
     "draft": t5.T5Config(vocab_size=t5.T5_VOCAB_SIZE, dtype=jnp.float32, emb_dim=32,
@@ -68,6 +68,8 @@ class TrainConfig:
   epochs: float = 1.0
   learning_rate: float = 2e-3
   warmup_steps: int = 200
+  label_smoothing: float = 0.0
+  ema_decay: float = 0.0  # 0: no average; else the exported weights are this EMA.
   max_input_length: int = 48
   max_target_length: int = 48
   eval_every: int = 100
@@ -217,16 +219,40 @@ def distilled_examples(examples, teacher: t5.T5, max_target: int, cache_path: st
 # ----------------------------------------------------------------------------- training
 
 
-def loss_fn(params, module, batch, dropout_rng, train: bool):
-  """Mean token cross-entropy over non-pad target positions."""
+def loss_fn(params, module, batch, dropout_rng, train: bool,
+            label_smoothing: float = 0.0):
+  """Mean token cross-entropy over non-pad target positions.
+
+  With `label_smoothing` e the loss is (1 - e) * NLL + e * (mean over the vocabulary
+  of -log p), i.e. cross-entropy against targets smoothed uniformly (Szegedy et al.
+  2016), computed from the log-softmax without building the smoothed one-hot rows.
+  """
   logits = module.apply({"params": params}, batch["encoder_input_tokens"],
                         batch["decoder_input_tokens"], batch["decoder_target_tokens"],
                         enable_dropout=train, rngs={"dropout": dropout_rng})
   targets = batch["decoder_target_tokens"]
   weights = (targets > PAD_ID).astype(jnp.float32)
-  losses = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32),
-                                                           targets)
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+  losses = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+  if label_smoothing:
+    losses = (1.0 - label_smoothing) * losses - label_smoothing * jnp.mean(logp, axis=-1)
   return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+def step_flops(model_cfg: t5.T5Config, batch: dict[str, np.ndarray]) -> float:
+  """The arithmetic of one training step: 6 x weights x tokens for the matrix products
+  (forward 2, backward 4), each side's tokens through its own stack, every decoder
+  position through the vocabulary-sized output layer; attention scores and the
+  embedding lookups (small here) left out. Padded positions count: they are computed."""
+  d, v = model_cfg.emb_dim, model_cfg.vocab_size
+  inner = model_cfg.num_heads * model_cfg.head_dim
+  attention = 4 * d * inner
+  mlp = (len(model_cfg.mlp_activations) + 1) * d * model_cfg.mlp_dim
+  encoder = model_cfg.num_encoder_layers * (attention + mlp)
+  decoder = model_cfg.num_decoder_layers * (2 * attention + mlp)
+  enc_tokens = batch["encoder_input_tokens"].size
+  dec_tokens = batch["decoder_input_tokens"].size
+  return 6.0 * (encoder * enc_tokens + (decoder + d * v) * dec_tokens)
 
 
 def make_optimizer(cfg: TrainConfig, total_steps: int) -> optax.GradientTransformation:
@@ -266,7 +292,9 @@ def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
   optimizer = make_optimizer(cfg, total_steps)
   params = t5.init_params(model_cfg, jax.random.key(cfg.seed))
   state = dict(step=0, params=params, opt_state=optimizer.init(params), history=[],
-               seconds=0.0)
+               seconds=0.0, flops=0.0)
+  if cfg.ema_decay:
+    state["ema"] = params
   ckpt_path = os.path.join(work_dir, "train_state.msgpack")
   if os.path.exists(ckpt_path):
     with open(ckpt_path, "rb") as f:
@@ -275,14 +303,22 @@ def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
     with open(ckpt_path + ".history.json") as f:
       state = dict(restored, history=json.load(f))
     state["step"], state["seconds"] = int(state["step"]), float(state["seconds"])
+    state["flops"] = float(state["flops"])
     logging.info("%s: resumed at step %d", name, state["step"])
 
   @jax.jit
   def train_step(params, opt_state, batch, step):
     rng = jax.random.fold_in(jax.random.key(cfg.seed + 1), step)
-    loss, grads = jax.value_and_grad(loss_fn)(params, module, batch, rng, True)
+    loss, grads = jax.value_and_grad(loss_fn)(params, module, batch, rng, True,
+                                              cfg.label_smoothing)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
+
+  @jax.jit
+  def ema_step(ema, params, step):
+    # Polyak averaging with a warm start: early on the average follows the weights.
+    decay = jnp.minimum(cfg.ema_decay, (1.0 + step) / (10.0 + step))
+    return jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, ema, params)
 
   @jax.jit
   def eval_step(params, batch):
@@ -301,27 +337,41 @@ def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
     bar = tqdm(total=total_steps, initial=state["step"], desc=name, unit="step")
   data = batches(train_examples, cfg.batch_size, cfg.seed, start_step=state["step"])
   params, opt_state = state["params"], state["opt_state"]
+  ema = state.get("ema")
   if not state["history"]:
     state["history"].append(dict(step=0, train_loss=None, val_loss=validate(params),
                                  seconds=0.0))
-  recent = []
+  recent, step_rates = [], []
   while state["step"] < total_steps:
+    batch = next(data)
     start = time.perf_counter()
-    params, opt_state, loss = train_step(params, opt_state, next(data), state["step"])
+    params, opt_state, loss = train_step(params, opt_state, batch, state["step"])
+    if ema is not None:
+      ema = ema_step(ema, params, state["step"])
     recent.append(float(loss))
+    elapsed = time.perf_counter() - start
+    flops = step_flops(model_cfg, batch)
+    step_rates.append(flops / elapsed)
     state["step"] += 1
-    state["seconds"] += time.perf_counter() - start
+    state["seconds"] += elapsed
+    state["flops"] += flops
     done = state["step"] == total_steps
     if state["step"] % cfg.eval_every == 0 or done:
+      # The median step's rate leaves out the steps that compiled a new batch shape.
       entry = dict(step=state["step"], train_loss=float(np.mean(recent)),
-                   val_loss=validate(params), seconds=state["seconds"])
+                   val_loss=validate(params), seconds=state["seconds"],
+                   median_gflop_per_s=float(np.median(step_rates)) / 1e9)
+      if ema is not None:
+        entry["val_loss_ema"] = validate(ema)
       state["history"].append(entry)
-      recent = []
+      recent, step_rates = [], []
       if bar is not None:
         bar.set_postfix(train=f"{entry['train_loss']:.3f}", val=f"{entry['val_loss']:.3f}")
     interrupted = stop_at is not None and state["step"] >= stop_at
     if state["step"] % cfg.checkpoint_every == 0 or done or interrupted:
       state["params"], state["opt_state"] = params, opt_state
+      if ema is not None:
+        state["ema"] = ema
       _save(ckpt_path, state)
     if bar is not None:
       bar.update(1)
@@ -329,8 +379,9 @@ def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
       break
   if bar is not None:
     bar.close()
-  return dict(params=params, history=state["history"], steps=state["step"],
-              seconds=state["seconds"], config=model_cfg)
+  return dict(params=params if ema is None else ema, history=state["history"],
+              steps=state["step"], seconds=state["seconds"], flops=state["flops"],
+              config=model_cfg)
 
 
 def export(params, model_cfg: t5.T5Config, directory: str, step: int) -> str:
@@ -352,8 +403,18 @@ def define_flags() -> None:
                       "Multi30k raw files (train.en/.de, val.en/.de).")
   flags.DEFINE_string("vocab", None, "SentencePiece model (default: shipped).")
   flags.DEFINE_list("which", ["draft", "target"], "Models to train, in order.")
-  flags.DEFINE_multi_string("epochs", ["draft=1.0", "target=1.0"],
+  flags.DEFINE_multi_string("epochs", ["draft=4.0", "target=5.0"],
                             "Epochs per model, as name=value.")
+  flags.DEFINE_multi_string("learning_rate", ["draft=2e-3", "target=1.5e-3"],
+                            "Peak learning rate per model, as name=value.")
+  flags.DEFINE_multi_string("warmup_steps", ["draft=200", "target=400"],
+                            "Linear warm-up steps per model, as name=value.")
+  flags.DEFINE_multi_string("label_smoothing", ["draft=0.0", "target=0.1"],
+                            "Label smoothing per model, as name=value (the draft is "
+                            "trained to match a distribution, so none by default).")
+  flags.DEFINE_multi_string("ema_decay", ["draft=0.0", "target=0.999"],
+                            "Exported weights are this exponential moving average of "
+                            "the trained ones (0: the last weights), as name=value.")
   flags.DEFINE_integer("batch_size", 64, "Sentences per step.")
   flags.DEFINE_integer("training_seed", 0, "Seed for data order and initialisation.")
   flags.DEFINE_enum(
@@ -368,6 +429,9 @@ def define_flags() -> None:
 
 def main(argv):
   del argv
+  # Each batch shape compiles once per process; a resumed run reads them from disk.
+  jax.config.update("jax_compilation_cache_dir", os.path.join(FLAGS.out_dir, "jax_cache"))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
   import sentencepiece as spm  # Training-time only.
   vocab_path = FLAGS.vocab or checkpoints_vocab_path()
   vocab = spm.SentencePieceProcessor(model_file=vocab_path)
@@ -375,14 +439,22 @@ def main(argv):
                                   os.path.join(FLAGS.data_dir, "train.de")), vocab, 48, 48)
   val = encode_pairs(read_pairs(os.path.join(FLAGS.data_dir, "val.en"),
                                 os.path.join(FLAGS.data_dir, "val.de")), vocab, 48, 48)
-  epochs = dict(e.split("=") for e in FLAGS.epochs)
+  per_model = {key: dict(e.split("=") for e in getattr(FLAGS, key))
+               for key in ("epochs", "learning_rate", "warmup_steps", "label_smoothing",
+                           "ema_decay")}
   unknown = [n for n in FLAGS.which if n not in PRESETS]
   if unknown:
     raise ValueError(f"--which: unknown models {unknown}; choose from {sorted(PRESETS)}")
   results = {}
   for name in FLAGS.which:
-    cfg = TrainConfig(batch_size=FLAGS.batch_size, epochs=float(epochs.get(name, 1.0)),
-                      seed=FLAGS.training_seed)
+    defaults = TrainConfig()
+    cfg = TrainConfig(
+        batch_size=FLAGS.batch_size, seed=FLAGS.training_seed,
+        epochs=float(per_model["epochs"].get(name, 1.0)),
+        learning_rate=float(per_model["learning_rate"].get(name, defaults.learning_rate)),
+        warmup_steps=int(per_model["warmup_steps"].get(name, defaults.warmup_steps)),
+        label_smoothing=float(per_model["label_smoothing"].get(name, 0.0)),
+        ema_decay=float(per_model["ema_decay"].get(name, 0.0)))
     examples = train
     if name == "draft" and FLAGS.draft_data == "distill":
       teacher = _teacher(results.get("target"))
@@ -396,6 +468,7 @@ def main(argv):
     path = export(result["params"], PRESETS[name],
                   os.path.join(FLAGS.out_dir, "export", name), result["steps"])
     summary[name] = dict(checkpoint=path, steps=result["steps"], seconds=result["seconds"],
+                         flops=result["flops"], settings=dataclasses.asdict(cfg),
                          epochs=cfg.epochs, batch_size=cfg.batch_size,
                          data=(FLAGS.draft_data if name == "draft" else "references"),
                          history=result["history"], params=t5.param_count(PRESETS[name]),
