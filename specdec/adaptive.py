@@ -74,19 +74,29 @@ class StepCosts:
     v: ((k, t_p(k) / t_p(1)), ...): verifying k positions in one call.
     batch: the batch size they were measured at.
     device: where (`jax.devices()[0].device_kind`), for the record.
+    iteration: ((gamma, cost), ...): one whole iteration of the decode loop at gamma,
+      timed in the loop itself (`calibrate`), in steps of the baseline's loop: what
+      gamma c + v(gamma + 1) leaves out (the draft catching up on a fully accepted
+      chunk, the switch, the bookkeeping) included. Empty when not measured.
   """
 
   c: float
   v: tuple[tuple[int, float], ...]
   batch: int = 1
   device: str = ""
+  iteration: tuple[tuple[int, float], ...] = ()
 
   def __post_init__(self):
     _check_real("c", self.c, 0.0, math.inf, high_open=True)
     pairs = tuple((int(k), _check_real(f"v({k})", x, 0.0, math.inf, low_open=True,
                                         high_open=True)) for k, x in self.v)
+    loops = tuple((int(g), _check_real(f"iteration({g})", x, 0.0, math.inf, low_open=True,
+                                        high_open=True)) for g, x in self.iteration)
+    if any(g < 0 for g, _ in loops):
+      raise ValueError(f"iteration: gammas must be >= 0, got {[g for g, _ in loops]}")
     object.__setattr__(self, "c", float(self.c))
     object.__setattr__(self, "v", tuple(sorted(pairs)))
+    object.__setattr__(self, "iteration", tuple(sorted(loops)))
 
   def v_of(self, k: int) -> float:
     """v(k); v(1) = 1 by definition; else measured, linearly interpolated."""
@@ -98,15 +108,31 @@ class StepCosts:
       raise ValueError(f"v({k}) was not measured (largest k: {ks[-1]})")
     return float(np.interp(k, ks, vs))
 
+  def cost(self, gamma: int) -> float:
+    """What an iteration at `gamma` costs, in target steps: the loop's own measured
+    iteration where there is one; else Theorem 3.8's gamma c + v(gamma + 1) (1 at
+    gamma 0) plus the median of what the measured iterations cost beyond it."""
+    measured = dict(self.iteration)
+    if gamma in measured:
+      return measured[gamma]
+    model = 1.0 if gamma == 0 else gamma * self.c + self.v_of(gamma + 1)
+    excess = [x - (1.0 if g == 0 else g * self.c + self.v_of(g + 1))
+              for g, x in self.iteration]
+    return model + (float(np.median(excess)) if excess else 0.0)
+
   def to_json(self) -> str:
-    return json.dumps(dict(c=self.c, v={str(k): x for k, x in self.v}, batch=self.batch,
-                           device=self.device), indent=2)
+    d = dict(c=self.c, v={str(k): x for k, x in self.v}, batch=self.batch,
+             device=self.device)
+    if self.iteration:
+      d["iteration"] = {str(g): x for g, x in self.iteration}
+    return json.dumps(d, indent=2)
 
   @classmethod
   def from_json(cls, text: str) -> "StepCosts":
     d = json.loads(text)
     return cls(c=d["c"], v=tuple((int(k), x) for k, x in d["v"].items()),
-               batch=d.get("batch", 1), device=d.get("device", ""))
+               batch=d.get("batch", 1), device=d.get("device", ""),
+               iteration=tuple((int(g), x) for g, x in d.get("iteration", {}).items()))
 
   def save(self, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
@@ -158,9 +184,9 @@ class AutoGamma:
   @classmethod
   def from_costs(cls, costs: StepCosts, gammas: Sequence[int] = DEFAULT_GAMMAS,
                  **kwargs) -> "AutoGamma":
-    """The rule for measured (or given) costs: gamma c + v(gamma + 1) per gamma."""
-    return cls(gammas=tuple(gammas),
-               costs=tuple(g * costs.c + costs.v_of(g + 1) for g in gammas), **kwargs)
+    """The rule for measured (or given) costs: per gamma, the loop's measured iteration
+    where `costs` has one, else gamma c + v(gamma + 1) (`StepCosts.cost`)."""
+    return cls(gammas=tuple(gammas), costs=tuple(costs.cost(g) for g in gammas), **kwargs)
 
   @classmethod
   def from_c(cls, c: float, gammas: Sequence[int] = DEFAULT_GAMMAS, v: float = 1.0,
@@ -229,16 +255,32 @@ def choose(rule: AutoGamma, alpha_hat: Array, active: Array) -> Array:
 
 def calibrate(target: Any, draft: Any, inputs: Array, gammas: Sequence[int] = DEFAULT_GAMMAS,
               max_length: int = 64, repeats: int = 3, steps: int = 16,
-              rounds: int = 3) -> StepCosts:
-  """Measures c and v(gamma + 1) for `gammas` on this pair at this batch size.
+              rounds: int = 3, loop: bool = True) -> StepCosts:
+  """Measures this pair's costs at this batch size: c, v(gamma + 1) and, with `loop`,
+  one iteration of the decode loop at each gamma.
 
-  Each is one `extend` on a primed cache, timed inside a compiled loop, minimum over
-  rounds, all measured in turn in each round (`specdec.bench.measure.verify_costs`,
-  the benchmarks' own timing). Store the result with `StepCosts.save`.
+  c and v: each one `extend` on a primed cache, timed inside a compiled loop, minimum
+  over rounds, all measured in turn in each round (`specdec.bench.measure.verify_costs`).
+  The loop's iterations: the AutoGamma decode with this set of gammas, forced to each
+  gamma in turn, and the baseline decode, all with `max_length - max(gammas) - 1` new
+  tokens and no EOS; per iteration less the prefill, over the baseline's time per
+  token (`specdec.bench.measure.iteration_costs`). These are what the rule uses
+  (`StepCosts.cost`): they hold what an iteration costs beyond its model calls.
+  Store the result with `StepCosts.save`.
   """
   from specdec.bench import measure  # pylint: disable=import-outside-toplevel
   ks = sorted({g + 1 for g in gammas if g > 0})
   r = measure.verify_costs(target, draft, inputs, ks, max_length, repeats=repeats,
                            steps=steps, rounds=rounds)
+  iteration = ()
+  if loop:
+    new_tokens = max_length - max(gammas) - 1
+    if new_tokens < 1:
+      raise ValueError(f"max_length {max_length} leaves no new token at gamma "
+                       f"{max(gammas)}")
+    loops = measure.iteration_costs(target, draft, inputs, tuple(gammas), new_tokens,
+                                    rounds=rounds, repeats=repeats)
+    iteration = tuple(sorted(loops["cost"].items()))
   return StepCosts(c=r["c"], v=tuple((k, r["v"][k]) for k in ks),
-                   batch=int(inputs.shape[0]), device=jax.devices()[0].device_kind)
+                   batch=int(inputs.shape[0]), device=jax.devices()[0].device_kind,
+                   iteration=iteration)

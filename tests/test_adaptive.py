@@ -11,6 +11,7 @@ import pytest
 
 import specdec
 from specdec import adaptive, sample as sample_lib, theory
+from specdec.bench import measure
 from specdec.adaptive import AutoGamma, StepCosts
 from specdec.distributions import SamplingConfig
 from test_sample import (CHI2_PVALUE, GREEDY, bigram_model, chi_square_pvalue,
@@ -269,14 +270,47 @@ def test_costs_round_trip_through_json(tmp_path):
     costs.v_of(10)
 
 
+def test_measured_iterations_are_the_rules_costs_and_round_trip(tmp_path):
+  # The loop's own iteration costs decide; a gamma without one gets the model's cost
+  # plus the median excess of the measured ones.
+  costs = StepCosts(c=0.1, v=((2, 1.1), (5, 1.4), (9, 2.0)), batch=2,
+                    iteration=((0, 1.02), (1, 1.5), (4, 2.2)))
+  path = tmp_path / "costs.json"
+  costs.save(str(path))
+  assert StepCosts.load(str(path)) == costs
+  excess = sorted([1.02 - 1.0, 1.5 - (0.1 + 1.1), 2.2 - (0.4 + 1.4)])[1]
+  rule = AutoGamma.from_costs(costs, gammas=(0, 1, 4, 8))
+  assert rule.costs[:3] == (1.02, 1.5, 2.2)
+  assert abs(rule.costs[3] - (0.8 + 2.0 + excess)) < 1e-12
+  with pytest.raises(ValueError, match="iteration"):
+    StepCosts(c=0.1, v=(), iteration=((1, -1.0),))
+
+
+def test_forced_rule_runs_the_adaptive_loop_at_one_gamma():
+  target_table, draft_table = varying_tables()
+  for g in (0, 1, 3):
+    rule = measure.forced_rule((0, 1, 3), g)
+    out = specdec.speculative_sample(
+        bigram_model(target_table), bigram_model(draft_table), jnp.ones((2, 1), jnp.int32),
+        jax.random.key(0), gamma=rule, max_new_tokens=12, sampling=SamplingConfig(1.0))
+    counts = np.asarray(out.stats.gamma_counts)
+    assert counts[:, [0, 1, 3].index(g)].sum() == counts.sum() > 0, (g, counts)
+  with pytest.raises(ValueError, match="gamma 2"):
+    measure.forced_rule((0, 1, 3), 2)
+
+
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
-def test_calibrate_measures_c_and_v_for_every_gamma():
+def test_calibrate_measures_c_v_and_the_loops_iterations_for_every_gamma():
   target_table, draft_table = varying_tables()
   costs = adaptive.calibrate(bigram_model(target_table), bigram_model(draft_table),
                              jnp.ones((2, 1), jnp.int32), gammas=(0, 1, 3), max_length=16,
                              repeats=1, steps=2, rounds=1)
   assert [k for k, _ in costs.v] == [2, 4] and costs.batch == 2
   assert costs.c > 0 and all(v > 0 for _, v in costs.v)
+  assert [g for g, _ in costs.iteration] == [0, 1, 3]
+  assert all(x > 0 for _, x in costs.iteration)
+  rule = AutoGamma.from_costs(costs, gammas=(0, 1, 3))
+  assert rule.costs == tuple(x for _, x in costs.iteration)
 
 
 @pytest.mark.parametrize("kwargs,name", [

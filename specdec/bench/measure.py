@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import data, drafts, sample, theory
+from specdec import adaptive, data, drafts, sample, theory
 from specdec.models import t5
 from specdec.distributions import (SamplingConfig, greedy_tokens_checked, probabilities,
                                    probabilities_checked)
@@ -360,6 +360,53 @@ def loop_costs(target, draft, inputs: jax.Array, gamma: int, max_new_tokens: int
       target_step=(best["target_step"] - best["prefill_base"]) / max_new_tokens,
       prefill_target=best["prefill_target"], prefill_draft=draft_prefill)
   return loop_ratios(r)
+
+
+def forced_rule(gammas: tuple[int, ...], gamma: int) -> adaptive.AutoGamma:
+  """An AutoGamma over `gammas` whose rule always picks `gamma` (every other gamma
+  costs 1e18 times more): the adaptive decode loop, compiled as it is, run at one
+  gamma, to time its iterations (`iteration_costs`)."""
+  if gamma not in gammas:
+    raise ValueError(f"gamma {gamma} is not in gammas {gammas}")
+  return adaptive.AutoGamma(gammas=gammas, costs=tuple(1e-9 if g == gamma else 1e9
+                                                       for g in gammas))
+
+
+def iteration_costs(target, draft, inputs: jax.Array, gammas: tuple[int, ...],
+                    max_new_tokens: int, sampling: SamplingConfig = SamplingConfig(0.0),
+                    key: jax.Array | None = None, rounds: int = 3,
+                    repeats: int = 2) -> dict[str, Any]:
+  """Seconds of one iteration of the AutoGamma decode loop at each of its gammas.
+
+  The loop over `gammas` is forced to each gamma in turn (`forced_rule`) and run on
+  `inputs` with no EOS, beside the baseline decode, in interleaved rounds (minimum of
+  `repeats` per round, minimum over rounds); each less its prefill (`init`, timed
+  alone), over the iterations its longest row ran (one call of the loop serves the
+  batch). Returns {"seconds": {gamma: s}, "baseline_token": s, "cost": {gamma:
+  seconds / baseline_token}}: an iteration's cost in steps of the baseline's loop.
+  """
+  key = jax.random.key(0) if key is None else key
+  capacity = max_new_tokens + max(gammas) + 1
+  decoders = {g: jax.jit(speculative_decoder(target, draft, forced_rule(gammas, g),
+                                             max_new_tokens, sampling, None))
+              for g in gammas}
+  base = jax.jit(autoregressive_decoder(target, max_new_tokens, sampling, None))
+  iterations = {g: int(np.max(np.asarray(jax.block_until_ready(d(inputs, key))
+                                          .stats.iterations)))
+                for g, d in decoders.items()}
+  calls = {("spec", g): (lambda d=d: d(inputs, key).tokens) for g, d in decoders.items()}
+  calls["base"] = lambda: base(inputs, key).tokens
+  calls["prefill_both"] = lambda: _prefill(target, draft, inputs, capacity)
+  calls["prefill_base"] = lambda: _prefill(target, None, inputs, max_new_tokens + 1)
+  best = {name: float("inf") for name in calls}
+  for _ in range(rounds):
+    for name, fn in calls.items():
+      best[name] = min(best[name], min_seconds(fn, repeats))
+  token = max(best["base"] - best["prefill_base"], 1e-12) / max_new_tokens
+  seconds = {g: max(best[("spec", g)] - best["prefill_both"], 1e-12) / iterations[g]
+             for g in gammas}
+  return dict(seconds=seconds, baseline_token=token,
+              cost={g: s / token for g, s in seconds.items()})
 
 
 def loop_ratios(r: dict[str, Any]) -> dict[str, Any]:
