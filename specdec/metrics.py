@@ -69,3 +69,13 @@ def metric_fn(name: str) -> Callable[[Sequence[str], Sequence[str]], dict[str, f
   if name not in METRICS:
     raise ValueError(f'metric: unknown metric {name!r}; known: {sorted(METRICS)}')
   return METRICS[name]
+
+
+def longest_word_run(text: str) -> int:
+  """The most times one whitespace-separated word repeats in a row in `text` (0 for
+  an empty text): a degenerate decode's signature ("grünen grünen grünen ...")."""
+  words, best, run = text.split(), 0, 0
+  for i, word in enumerate(words):
+    run = run + 1 if i and word == words[i - 1] else 1
+    best = max(best, run)
+  return best
