@@ -5,7 +5,7 @@
 
 Copies the exported bfloat16 T5X checkpoints and the Multi30k test_2016 sentences the
 demo translates, and writes `pair.json`: the model configs, checkpoint paths, the
-training summary and the provenance of the data. `scripts/evaluate_pair.py` adds the measured
+training summary and the provenance of the data. `evaluate_pair.py` adds the measured
 quality and acceptance and writes the model card.
 """
 
@@ -87,10 +87,16 @@ def main(argv):
                       data=run.get("data", "references"),
                       minutes=round(run["seconds"] / 60, 1),
                       final_val_loss=history[-1]["val_loss"], history=history))
+    if "settings" in run:
+      info[which]["training"].update(
+          settings=run["settings"],
+          gflop_per_s=round(run["flops"] / max(run["seconds"], 1e-9) / 1e9, 1))
+      if "val_loss_ema" in history[-1]:
+        info[which]["training"]["final_val_loss"] = history[-1]["val_loss_ema"]
     if which == "draft_distilled":
       info[which]["training"]["teacher"] = (
           "the target's greedy outputs on Multi30k train (max 48 tokens), "
-          "scripts/train_pair.py --draft_data=distill")
+          "scripts/research/train_pair.py --draft_data=distill")
   for split, files in TEST_SETS.items():
     for lang, name in files.items():
       shutil.copyfile(os.path.join(FLAGS.multi30k_dir, name), out / name)

@@ -463,7 +463,11 @@ def main(argv):
                                     progress=True)
     results[name] = (cfg, train_model(name, PRESETS[name], examples, val, cfg,
                                       os.path.join(FLAGS.out_dir, name)))
+  summary_path = os.path.join(FLAGS.out_dir, "summary.json")
   summary = {}
+  if os.path.exists(summary_path):  # Models trained by earlier runs into this directory.
+    with open(summary_path) as f:
+      summary = json.load(f)
   for name, (cfg, result) in results.items():
     path = export(result["params"], PRESETS[name],
                   os.path.join(FLAGS.out_dir, "export", name), result["steps"])
@@ -476,7 +480,7 @@ def main(argv):
                                  dataclasses.asdict(PRESETS[name]).items()})
     print(f"{name}: {result['steps']} steps in {result['seconds'] / 60:.1f} min, "
           f"final val loss {result['history'][-1]['val_loss']:.3f} -> {path}")
-  benchmarking.write_json(os.path.join(FLAGS.out_dir, "summary.json"), summary)
+  benchmarking.write_json(summary_path, summary)
 
 
 def _teacher(trained_target) -> t5.T5:

@@ -300,6 +300,13 @@ class DenseGeneral(nn.Module):
     lead = inputs.ndim - len(axis)
 
     def unpacked(inputs: Array) -> Array:
+      if axis == tuple(range(lead, inputs.ndim)):
+        # One 2-D matrix product [tokens, in] x [in, out]: its gradient with respect
+        # to the kernel is then one 2-D product too; a dot_general contracting the
+        # batch and length axes together runs ~2x slower on XLA:CPU in training.
+        flat = inputs.reshape((-1, kernel.shape[0]))
+        y = jnp.dot(flat, jnp.asarray(kernel, self.dtype))
+        return y.reshape(inputs.shape[:lead] + features)
       w = jnp.reshape(jnp.asarray(kernel, self.dtype), in_shape + features)
       return jax.lax.dot_general(inputs, w, ((axis, tuple(range(len(axis)))), ((), ())))
 
@@ -372,7 +379,9 @@ class Embed(nn.Module):
     query = jnp.asarray(query, self.attend_dtype)
 
     def unpacked(query: Array) -> Array:
-      return jnp.dot(query, jnp.asarray(self.embedding, self.attend_dtype).T)
+      flat = query.reshape((-1, query.shape[-1]))  # 2-D, as in DenseGeneral.
+      logits = jnp.dot(flat, jnp.asarray(self.embedding, self.attend_dtype).T)
+      return logits.reshape(query.shape[:-1] + (self.num_embeddings,))
 
     if packed is not None and cpu.use_kernel(query, packed):
       return cpu.packed_matmul(query, packed, self.num_embeddings, unpacked)
