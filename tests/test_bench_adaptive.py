@@ -23,7 +23,7 @@ def test_run_times_baseline_fixed_gammas_and_adaptive_side_by_side():
     assert r["best_fixed_ms"] == min(r["fixed_ms"].values())
     assert np.isclose(r["adaptive_speedup"], r["baseline_ms"] / r["adaptive_ms"])
     assert sum(r["gamma_histogram"].values()) > 0
-    assert r["predicted_speedup"] > 0
+    assert r["predicted_speedup"] > 0 and r["predicted_speedup_model"] > 0
   assert len(rows[0]["per_prompt"]) == 2 and "per_prompt" not in rows[1]
   text = bench_adaptive.render(result)
   assert "adaptive / best fixed" in text and "toy_llama" in text
@@ -48,3 +48,5 @@ def test_the_shipped_pairs_ship_their_step_costs():
       costs = bench_adaptive.shipped_costs(pair, 1, draft)
       assert isinstance(costs, adaptive.StepCosts), (pair, draft)
       assert costs.batch == 1 and costs.c > 0 and costs.v_of(9) >= 1.0
+      # The loop's own iterations, timed at every gamma of the default set.
+      assert [g for g, _ in costs.iteration] == list(adaptive.DEFAULT_GAMMAS), (pair, draft)
