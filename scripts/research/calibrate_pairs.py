@@ -4,8 +4,10 @@
 
 Writes `specdec/weights/<pair>/costs.json`: {draft: {batch: StepCosts}}, each measured
 by `specdec.adaptive.calibrate` (compiled-loop timings of one target step, one
-verification call per gamma + 1 of `AutoGamma`'s set, and one draft step) on the
-pair's first held-out prompts. Run it on a quiet machine: a loaded one reads high.
+verification call per gamma + 1 of `AutoGamma`'s set and one draft step; and one
+iteration of the AutoGamma decode loop forced to each gamma, beside the baseline
+decode) on the pair's first held-out prompts. Run it on a quiet machine: a loaded one
+reads high.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ DRAFTS = {"smollm2_135m_instruct": {"draft+lookup": (1, 2, 4, 8, 16), "draft": (
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--pairs", default=",".join(DRAFTS))
+  parser.add_argument("--max_length", type=int, default=48,
+                      help="Cache length; the loop decodes max_length - 9 tokens.")
   args = parser.parse_args()
   for pair in args.pairs.split(","):
     path = pretrained.pair_dir(pair) / "costs.json"
@@ -34,10 +38,12 @@ def main() -> None:
       w = workloads.load(pair, max(batches), draft=draft)
       for batch in batches:
         costs = adaptive.calibrate(w.target, w.drafts[draft],
-                                   jnp.asarray(w.inputs[:batch]), max_length=80,
-                                   repeats=2, steps=8, rounds=2)
+                                   jnp.asarray(w.inputs[:batch]),
+                                   max_length=args.max_length, repeats=2, steps=8,
+                                   rounds=2)
         table.setdefault(draft, {})[str(batch)] = json.loads(costs.to_json())
-        print(pair, draft, batch, costs.c, dict(costs.v), flush=True)
+        print(pair, draft, batch, costs.c, dict(costs.v), dict(costs.iteration),
+              flush=True)
         path.write_text(json.dumps(table, indent=2) + "\n")
 
 
