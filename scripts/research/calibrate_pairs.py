@@ -28,6 +28,8 @@ DRAFTS = {"smollm2_135m_instruct": {"draft+lookup": (1, 2, 4, 8, 16), "draft": (
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--pairs", default=",".join(DRAFTS))
+  parser.add_argument("--batches", default="",
+                      help="Only these batch sizes (comma-separated; default: all).")
   parser.add_argument("--max_length", type=int, default=48,
                       help="Cache length; the loop decodes max_length - 9 tokens.")
   args = parser.parse_args()
@@ -35,6 +37,10 @@ def main() -> None:
     path = pretrained.pair_dir(pair) / "costs.json"
     table = json.loads(path.read_text()) if path.exists() else {}
     for draft, batches in DRAFTS[pair].items():
+      if args.batches:
+        batches = tuple(b for b in batches if str(b) in args.batches.split(","))
+      if not batches:
+        continue
       w = workloads.load(pair, max(batches), draft=draft)
       for batch in batches:
         costs = adaptive.calibrate(w.target, w.drafts[draft],
