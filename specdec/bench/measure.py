@@ -387,10 +387,13 @@ def iteration_costs(target, draft, inputs: jax.Array, gammas: tuple[int, ...],
   """
   key = jax.random.key(0) if key is None else key
   capacity = max_new_tokens + max(gammas) + 1
-  decoders = {g: jax.jit(speculative_decoder(target, draft, forced_rule(gammas, g),
-                                             max_new_tokens, sampling, None))
+  # The samplers are jitted with the models as arguments: wrapping them in another
+  # jit would close over the weights and compile them into each executable as
+  # constants (one copy of the target per gamma).
+  decoders = {g: speculative_decoder(target, draft, forced_rule(gammas, g),
+                                     max_new_tokens, sampling, None)
               for g in gammas}
-  base = jax.jit(autoregressive_decoder(target, max_new_tokens, sampling, None))
+  base = autoregressive_decoder(target, max_new_tokens, sampling, None)
   iterations = {g: int(np.max(np.asarray(jax.block_until_ready(d(inputs, key))
                                           .stats.iterations)))
                 for g, d in decoders.items()}
