@@ -77,29 +77,6 @@ def test_the_distilled_draft_is_shipped_and_decodes_exactly(pair, expected):
   assert pretrained.best_draft("multi30k_ende", 0.0) == "draft_distilled"
 
 
-# BLEU of the shipped target's greedy outputs on the first 128 sentences of Multi30k
-# test_2016 (sacrebleu's default corpus BLEU). The previous target (one epoch) scored
-# 4.0 here and repeated words to the length limit; the retrained one NEW_SLICE_BLEU.
-SMOKE_SENTENCES, SMOKE_BLEU = 128, 30.0
-
-
-def test_the_target_translates_a_fixed_slice_of_test_2016_without_degenerating(pair):
-  import sacrebleu  # pylint: disable=g-import-not-at-top
-  from specdec import metrics  # pylint: disable=g-import-not-at-top
-  target, _, vocab = pair
-  sentences = pretrained.test_sentences()[:SMOKE_SENTENCES]
-  out = specdec.autoregressive_sample(target, _inputs(vocab, [s for s, _ in sentences]),
-                                      jax.random.key(0), max_new_tokens=48,
-                                      sampling=GREEDY, eos_id=data.EOS_ID)
-  tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
-  hyps = [vocab.decode(r[:n].tolist()) for r, n in zip(tokens, lengths)]
-  score = sacrebleu.corpus_bleu(hyps, [[d for _, d in sentences]]).score
-  assert score >= SMOKE_BLEU, score
-  ended = [data.EOS_ID in r[:n].tolist() for r, n in zip(tokens, lengths)]
-  assert sum(not e for e in ended) <= 1, "outputs that ran to the length limit"
-  assert sum(metrics.longest_word_run(h) >= 4 for h in hyps) <= 1, hyps
-
-
 def test_longest_word_run_counts_repeats_in_a_row():
   from specdec import metrics  # pylint: disable=g-import-not-at-top
   assert metrics.longest_word_run("") == 0
