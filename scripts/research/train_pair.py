@@ -71,6 +71,7 @@ class TrainConfig:
   label_smoothing: float = 0.0
   ema_decay: float = 0.0  # 0: no average; else the exported weights are this EMA.
   optimizer: str = "adamw"  # or "adafactor"
+  embedding_std: float = 1.0  # token embeddings' initial scale (T5: N(0, 1))
   init_from: str = ""  # a train_state.msgpack to start from (a second phase)
   max_input_length: int = 48
   max_target_length: int = 48
@@ -316,6 +317,9 @@ def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
   total_steps = max(1, int(round(cfg.epochs * steps_per_epoch)))
   optimizer = make_optimizer(cfg, total_steps)
   params = t5.init_params(model_cfg, jax.random.key(cfg.seed))
+  if cfg.embedding_std != 1.0:
+    params = dict(params, token_embedder=jax.tree.map(lambda e: e * cfg.embedding_std,
+                                                      params["token_embedder"]))
   if cfg.init_from:
     params = warm_start(cfg.init_from, params)
   state = dict(step=0, params=params, opt_state=optimizer.init(params), history=[],
@@ -441,6 +445,9 @@ def define_flags() -> None:
                             "trained to match a distribution, so none by default).")
   flags.DEFINE_multi_string("optimizer", ["draft=adamw", "target=adamw"],
                             "adamw or adafactor, per model, as name=value.")
+  flags.DEFINE_multi_string("embedding_std", [],
+                            "Initial scale of the token embeddings (T5: 1), as "
+                            "name=value.")
   flags.DEFINE_multi_string("init_from", [],
                             "A train_state.msgpack to start from, as name=path.")
   flags.DEFINE_multi_string("ema_decay", ["draft=0.0", "target=0.999"],
@@ -472,7 +479,7 @@ def main(argv):
                                 os.path.join(FLAGS.data_dir, "val.de")), vocab, 48, 48)
   per_model = {key: dict(e.split("=") for e in getattr(FLAGS, key) if "=" in e)
                for key in ("epochs", "learning_rate", "warmup_steps", "label_smoothing",
-                           "ema_decay", "optimizer", "init_from")}
+                           "ema_decay", "optimizer", "init_from", "embedding_std")}
   unknown = [n for n in FLAGS.which if n not in PRESETS]
   if unknown:
     raise ValueError(f"--which: unknown models {unknown}; choose from {sorted(PRESETS)}")
@@ -487,7 +494,8 @@ def main(argv):
         label_smoothing=float(per_model["label_smoothing"].get(name, 0.0)),
         ema_decay=float(per_model["ema_decay"].get(name, 0.0)),
         optimizer=per_model["optimizer"].get(name, "adamw"),
-        init_from=per_model["init_from"].get(name, ""))
+        init_from=per_model["init_from"].get(name, ""),
+        embedding_std=float(per_model["embedding_std"].get(name, 1.0)))
     examples = train
     if name == "draft" and FLAGS.draft_data == "distill":
       teacher = _teacher(results.get("target"))
