@@ -288,7 +288,7 @@ def test_measured_iterations_are_the_rules_costs_and_round_trip(tmp_path):
 
 def test_forced_rule_runs_the_adaptive_loop_at_one_gamma():
   target_table, draft_table = varying_tables()
-  for g in (0, 1, 3):
+  for g in (0, 3):  # the plain-step branch and a drafting one
     rule = measure.forced_rule((0, 1, 3), g)
     out = specdec.speculative_sample(
         bigram_model(target_table), bigram_model(draft_table), jnp.ones((2, 1), jnp.int32),
