@@ -81,7 +81,7 @@ def encode_inputs(vocab, sentences: list[str], length: int) -> list[jax.Array]:
 
 def measured_best_gamma(pair: str, temperature: float, draft: str = "draft") -> int:
   """The gamma of the highest measured speed-up at this temperature on the pair's own
-  test set (`scripts/evaluate_pair.py`, in the model card), or 1 if none is recorded.
+  test set (`scripts/research/evaluate_pair.py`, in the model card), or 1 if none is recorded.
   A decoder-only pair's "+lookup" draft takes its own ("context_lookup" in the card)
   where the card has one."""
   info = pretrained.pair_info(pair)
