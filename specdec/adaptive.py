@@ -115,10 +115,12 @@ class StepCosts:
     measured = dict(self.iteration)
     if gamma in measured:
       return measured[gamma]
-    model = 1.0 if gamma == 0 else gamma * self.c + self.v_of(gamma + 1)
-    excess = [x - (1.0 if g == 0 else g * self.c + self.v_of(g + 1))
-              for g, x in self.iteration]
-    return model + (float(np.median(excess)) if excess else 0.0)
+    excess = [x - self.model_cost(g) for g, x in self.iteration]
+    return self.model_cost(gamma) + (float(np.median(excess)) if excess else 0.0)
+
+  def model_cost(self, gamma: int) -> float:
+    """Theorem 3.8's cost of an iteration, gamma c + v(gamma + 1); 1 at gamma 0."""
+    return 1.0 if gamma == 0 else gamma * self.c + self.v_of(gamma + 1)
 
   def to_json(self) -> str:
     d = dict(c=self.c, v={str(k): x for k, x in self.v}, batch=self.batch,

@@ -102,8 +102,8 @@ def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=
   measured = ms["baseline"] / ms["adaptive"]
   # Theorem 3.8 with the model's costs alone, gamma c + v(gamma + 1): what the loop's
   # measured iterations add shows as the gap between the two predictions.
-  model = (None if costs is None else _rate(auto_out, tuple(
-      1.0 if g == 0 else g * costs.c + costs.v_of(g + 1) for g in rule.gammas))
+  model = (None if costs is None else
+           _rate(auto_out, tuple(costs.model_cost(g) for g in rule.gammas))
            / _rate(base_out, (1.0,)))
   row = dict(pair=pair, temperature=temperature, batch=batch, tokens=tokens,
              baseline_ms=ms["baseline"], fixed_ms={str(g): v for g, v in fixed.items()},
