@@ -54,6 +54,18 @@ def min_seconds(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
   return float(np.min(_wall_times(fn, repeats, warmup)))
 
 
+def interleaved_min_seconds(calls: dict[Any, Callable[[], Any]], rounds: int,
+                            repeats: int) -> dict[Any, float]:
+  """Each call's minimum seconds over `rounds` rounds of `repeats` (`min_seconds`),
+  all of them timed in turn in each round, so that a slow spell of the machine falls
+  on all alike."""
+  best = {name: float("inf") for name in calls}
+  for _ in range(rounds):
+    for name, fn in calls.items():
+      best[name] = min(best[name], min_seconds(fn, repeats))
+  return best
+
+
 @functools.partial(jax.jit, static_argnames=("steps",))
 def _extend_repeated(model, state, tokens, steps):
   """`steps` calls of model.extend(state, tokens) in one compiled scan, each rewound
@@ -345,10 +357,7 @@ def loop_costs(target, draft, inputs: jax.Array, gamma: int, max_new_tokens: int
       target_step=lambda: _target_loop(target, inputs, chunk=1,
                                        iterations=max_new_tokens,
                                        max_length=base_length, sampling=sampling))
-  best = {name: float("inf") for name in calls}
-  for _ in range(rounds):
-    for name, fn in calls.items():
-      best[name] = min(best[name], min_seconds(fn, repeats))
+  best = interleaved_min_seconds(calls, rounds, repeats)
   draft_prefill = max(best["prefill_both"] - best["prefill_target"], 0.0)
   r = dict(
       iterations=iterations, tokens=tokens,
@@ -401,10 +410,7 @@ def iteration_costs(target, draft, inputs: jax.Array, gammas: tuple[int, ...],
   calls["base"] = lambda: base(inputs, key).tokens
   calls["prefill_both"] = lambda: _prefill(target, draft, inputs, capacity)
   calls["prefill_base"] = lambda: _prefill(target, None, inputs, max_new_tokens + 1)
-  best = {name: float("inf") for name in calls}
-  for _ in range(rounds):
-    for name, fn in calls.items():
-      best[name] = min(best[name], min_seconds(fn, repeats))
+  best = interleaved_min_seconds(calls, rounds, repeats)
   token = max(best["base"] - best["prefill_base"], 1e-12) / max_new_tokens
   seconds = {g: max(best[("spec", g)] - best["prefill_both"], 1e-12) / iterations[g]
              for g in gammas}
