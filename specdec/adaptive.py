@@ -35,6 +35,7 @@ then depend on its batch, its law cannot.)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import numbers
@@ -253,6 +254,19 @@ def choose(rule: AutoGamma, alpha_hat: Array, active: Array) -> Array:
                 (1.0 - alpha ** (gammas + 1.0)) / jnp.where(one, 1.0, 1.0 - alpha))
   rates = jnp.sum(jnp.where(active[:, None], e, 0.0), axis=0) / jnp.asarray(rule.costs)
   return jnp.argmax(rates).astype(jnp.int32)
+
+
+@functools.lru_cache(maxsize=256)
+def never_drafts(rule: AutoGamma) -> bool:
+  """True when `choose` picks gamma 0 before anything is seen (alpha_hat = the prior).
+
+  Then no iteration ever drafts: alpha_hat changes only through what drafts show (a
+  gamma-0 iteration decays sums that are still zero), so it stays at the prior, every
+  iteration picks gamma 0 again whatever rows are active, and the decode is plain
+  target steps throughout: `speculative_sample` runs the baseline's loop for it."""
+  with jax.ensure_compile_time_eval():
+    first = choose(rule, Estimate.zeros(1).alpha(rule), jnp.ones((1,), bool))
+    return rule.gammas[int(first)] == 0
 
 
 def calibrate(target: Any, draft: Any, inputs: Array, gammas: Sequence[int] = DEFAULT_GAMMAS,

@@ -274,8 +274,9 @@ class _AutoregressiveState:
   nonfinite: Array
 
 
-@functools.partial(jax.jit, static_argnames=("max_new_tokens", "sampling", "eos_id"))
-def _autoregressive_jit(target, inputs, rng, *, max_new_tokens, sampling, eos_id):
+def _autoregressive_loop(target, inputs, rng, max_new_tokens, sampling, eos_id
+                         ) -> _AutoregressiveState:
+  """The baseline's `lax.while_loop`: one target call per token."""
   batch = inputs.shape[0]
   zeros = jnp.zeros((batch,), jnp.int32)
   state = _AutoregressiveState(
@@ -320,13 +321,40 @@ def _autoregressive_jit(target, inputs, rng, *, max_new_tokens, sampling, eos_id
         iterations=s.iterations + active,
         nonfinite=s.nonfinite + (bad & active).astype(jnp.int32))
 
-  s = jax.lax.while_loop(cond_fn, body_fn, state)
+  return jax.lax.while_loop(cond_fn, body_fn, state)
+
+
+@functools.partial(jax.jit, static_argnames=("max_new_tokens", "sampling", "eos_id"))
+def _autoregressive_jit(target, inputs, rng, *, max_new_tokens, sampling, eos_id):
+  s = _autoregressive_loop(target, inputs, rng, max_new_tokens, sampling, eos_id)
   tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated,
                                          max_new_tokens)
   return SampleOutput(tokens=tokens, lengths=lengths,
                       stats=AutoregressiveStats(iterations=s.iterations,
                                                 nonfinite=s.nonfinite),
                       log_probs=log_probs)
+
+
+@functools.partial(jax.jit, static_argnames=("rule", "max_new_tokens", "sampling",
+                                             "eos_id"))
+def _plain_jit(target, inputs, rng, *, rule, max_new_tokens, sampling, eos_id):
+  """A decode whose rule never drafts (`adaptive.never_drafts`): the baseline's loop,
+  with the statistics the speculative loop would have kept (every iteration at gamma
+  0, alpha_hat at the prior)."""
+  s = _autoregressive_loop(target, inputs, rng, max_new_tokens, sampling, eos_id)
+  tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated,
+                                         max_new_tokens)
+  zeros = jnp.zeros_like(s.iterations)
+  ran = jnp.arange(max_new_tokens)[None] < s.iterations[:, None]
+  prior = adaptive.Estimate.zeros(inputs.shape[0]).alpha(rule)[:, None]
+  stats = SpeculativeStats(
+      iterations=s.iterations, drafted=zeros, accepted=zeros,
+      beta_sum=jnp.zeros(zeros.shape, jnp.float32), beta_count=zeros, rejected=zeros,
+      nonfinite=s.nonfinite,
+      gamma_counts=jnp.zeros((inputs.shape[0], len(rule.gammas)), jnp.int32)
+      .at[:, rule.gammas.index(0)].set(s.iterations),
+      alpha_trace=jnp.where(ran, prior, 0.0), gammas=rule.gammas)
+  return SampleOutput(tokens=tokens, lengths=lengths, stats=stats, log_probs=log_probs)
 
 
 # ------------------------------------------------------------------- public entry points
@@ -360,7 +388,9 @@ def speculative_sample(target: DecodeModel, draft: Any, inputs: Array,
       only.
     gamma: draft tokens per iteration, an int >= 1; or an `AutoGamma` rule choosing it
       before each iteration (`specdec.adaptive`; exact too: the choice depends on the
-      past only).
+      past only). A rule that picks gamma 0 before anything is seen never drafts
+      (`adaptive.never_drafts`): that decode runs the baseline's loop, token for token
+      `autoregressive_sample`'s for the same `rng`, with no draft call.
     max_new_tokens: generated tokens per row at most, >= 1.
     sampling: temperature / top-k / top-p, applied identically to p and q.
     eos_id: a token that ends a row (kept in the output), or None.
@@ -390,6 +420,10 @@ def speculative_sample(target: DecodeModel, draft: Any, inputs: Array,
   if isinstance(draft, DecodeModel):
     check_common(draft, "draft", inputs, max_new_tokens, sampling, eos_id)
   drafts.check_target(proposer, target)
+  if isinstance(gamma, AutoGamma) and adaptive.never_drafts(gamma):
+    return _plain_jit(target, inputs, rng, rule=gamma, max_new_tokens=int(max_new_tokens),
+                      sampling=sampling.normalized(target.vocab_size),
+                      eos_id=None if eos_id is None else int(eos_id))
   return _speculative_jit(target, draft, inputs, rng, gamma=gamma,
                           max_new_tokens=int(max_new_tokens),
                           sampling=sampling.normalized(target.vocab_size),

@@ -258,6 +258,38 @@ def test_the_decode_is_one_loop_whose_gamma_0_branch_loops_over_plain_steps():
   assert str(jax.make_jaxpr(fn(without))(*args)).count("while[") == 1
 
 
+def test_a_rule_that_never_drafts_runs_the_baseline_loop_token_for_token():
+  """gamma 0 at the prior: nothing is ever observed, alpha_hat stays at the prior and
+  every iteration is a plain step, so the decode is the baseline's own loop (no
+  switch, no draft call; same tokens for the same key), with the stats it implies."""
+  target_table, draft_table = varying_tables()
+  target, draft = bigram_model(target_table), bigram_model(draft_table)
+  rule = AutoGamma(gammas=(0, 1, 3), costs=(1.0, 1.9, 3.5), prior=0.5)  # 1.5 / 1.9 < 1
+  assert adaptive.never_drafts(rule) and not adaptive.never_drafts(RULE)
+  inputs, key = jnp.array([[1], [3], [2]], jnp.int32), jax.random.key(5)
+  args = dict(max_new_tokens=9, sampling=SamplingConfig(1.0), eos_id=4)
+  out = specdec.speculative_sample(target, draft, inputs, key, gamma=rule, **args)
+  base = specdec.autoregressive_sample(target, inputs, key, **args)
+  np.testing.assert_array_equal(out.tokens, base.tokens)
+  np.testing.assert_array_equal(out.lengths, base.lengths)
+  np.testing.assert_array_equal(out.log_probs, base.log_probs)
+  stats = out.stats
+  np.testing.assert_array_equal(stats.iterations, base.stats.iterations)
+  np.testing.assert_array_equal(stats.gamma_counts[:, 0], stats.iterations)
+  assert int(np.asarray(stats.gamma_counts)[:, 1:].sum()) == 0
+  assert int(np.asarray(stats.drafted).sum()) == 0
+  trace, ran = np.asarray(stats.alpha_trace), np.asarray(stats.iterations)
+  for row, n in zip(trace, ran):
+    np.testing.assert_allclose(row[:n], 0.5, rtol=1e-6)
+    assert not row[n:].any()
+  jaxpr = str(jax.make_jaxpr(lambda i, k: specdec.speculative_sample(
+      target, draft, i, k, gamma=rule, **args).tokens)(inputs, key))
+  baseline = str(jax.make_jaxpr(lambda i, k: specdec.autoregressive_sample(
+      target, i, k, **args).tokens)(inputs, key))
+  assert jaxpr.count("while[") == 1
+  assert jaxpr.count("cond[") == baseline.count("cond[")  # no lax.switch over gammas
+
+
 def test_costs_round_trip_through_json(tmp_path):
   costs = StepCosts(c=0.07, v=((2, 1.05), (5, 1.16), (9, 1.4)), batch=4, device="cpu")
   path = tmp_path / "costs.json"

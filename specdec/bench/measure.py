@@ -210,6 +210,19 @@ def speculative_decoder(target, draft, gamma: int, max_new_tokens: int,
   return decode
 
 
+def _in_loop_decoder(target, draft, rule: adaptive.AutoGamma, max_new_tokens: int,
+                     sampling: SamplingConfig):
+  """The AutoGamma decode loop itself, no EOS, also for a rule that never drafts (which
+  `speculative_sample` runs as the baseline's loop): what a gamma-0 iteration costs
+  inside a decode that has drafted."""
+  def decode(x, key):
+    return sample._speculative_jit(target, draft, x, key, gamma=rule,
+                                   max_new_tokens=max_new_tokens,
+                                   sampling=sampling.normalized(target.vocab_size),
+                                   eos_id=None)
+  return decode
+
+
 def autoregressive_decoder(target, max_new_tokens: int, sampling: SamplingConfig,
                            eos_id: int | None):
   def decode(x, key):
@@ -399,8 +412,8 @@ def iteration_costs(target, draft, inputs: jax.Array, gammas: tuple[int, ...],
   # The samplers are jitted with the models as arguments: wrapping them in another
   # jit would close over the weights and compile them into each executable as
   # constants (one copy of the target per gamma).
-  decoders = {g: speculative_decoder(target, draft, forced_rule(gammas, g),
-                                     max_new_tokens, sampling, None)
+  decoders = {g: _in_loop_decoder(target, draft, forced_rule(gammas, g), max_new_tokens,
+                                  sampling)
               for g in gammas}
   base = autoregressive_decoder(target, max_new_tokens, sampling, None)
   iterations = {g: int(np.max(np.asarray(jax.block_until_ready(d(inputs, key))
