@@ -81,3 +81,50 @@ def test_distillation_targets_are_the_teachers_greedy_outputs(tmp_path):
   again = train_pair.distilled_examples(examples, None, 6, cache)
   for (_, a), (_, b) in zip(again, distilled):
     np.testing.assert_array_equal(a, b)
+
+
+def test_the_shortlist_loss_is_the_cross_entropy_over_the_shortlisted_columns():
+  import jax.numpy as jnp
+  module = t5.Transformer(CFG)
+  params = t5.init_params(CFG, jax.random.key(0))
+  examples = [(s, np.minimum(t, 15)) for s, t in _examples(8)]  # targets in 0..15
+  batch = train_pair.make_batch(examples)
+  ids = train_pair.output_vocabulary(examples, CFG.vocab_size)
+  assert ids[0] == 0 and 1 in ids and ids.max() <= 15
+  rng = jax.random.key(1)
+  full_ids = jnp.arange(CFG.vocab_size, dtype=jnp.int32)
+  for smoothing in (0.0, 0.1):
+    # The whole vocabulary as the shortlist is the plain loss.
+    np.testing.assert_allclose(
+        train_pair.loss_fn(params, module, batch, rng, False, smoothing, full_ids),
+        train_pair.loss_fn(params, module, batch, rng, False, smoothing), rtol=1e-5)
+    # A shortlist: log-softmax over its columns of the full logits.
+    logits = module.apply({"params": params}, batch["encoder_input_tokens"],
+                          batch["decoder_input_tokens"], batch["decoder_target_tokens"])
+    logp = jax.nn.log_softmax(logits[..., ids], axis=-1)
+    targets = batch["decoder_target_tokens"]
+    pos = np.searchsorted(ids, targets)
+    nll = -np.take_along_axis(np.asarray(logp), pos[..., None], axis=-1)[..., 0]
+    per = (1 - smoothing) * nll - smoothing * np.asarray(logp).mean(-1)
+    weights = targets > 0
+    expected = (per * weights).sum() / weights.sum()
+    got = train_pair.loss_fn(params, module, batch, rng, False, smoothing, jnp.asarray(ids))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+  grads = jax.grad(train_pair.loss_fn)(params, module, batch, rng, False, 0.0,
+                                       jnp.asarray(ids))
+  kernel = np.asarray(grads["decoder"]["logits_dense"]["kernel"])
+  outside = np.setdiff1d(np.arange(CFG.vocab_size), ids)
+  assert not kernel[:, outside].any() and kernel[:, ids].any()
+
+
+def test_training_on_the_shortlist_lowers_the_full_vocabulary_validation_loss(tmp_path):
+  result = train_pair.train_model("tiny", CFG, _examples(64), _examples(16, seed=1),
+                                  _config(output_vocab="train"), str(tmp_path),
+                                  progress=False)
+  losses = [h["val_loss"] for h in result["history"]]
+  assert losses[-1] < losses[0] - 0.5
+  assert result["history"][-1]["output_vocab"] == "train"
+  with pytest.raises(ValueError, match="output_vocab"):
+    train_pair.train_model("bad", CFG, _examples(64), _examples(16, seed=1),
+                           _config(output_vocab="some"), str(tmp_path / "bad"),
+                           progress=False)
