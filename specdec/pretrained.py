@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import data
+from specdec import adaptive, data
 from specdec.io import gguf, hf
 from specdec.io import tokenizer as tokenizer_lib
 from specdec.models import t5
@@ -123,6 +123,53 @@ def best_draft(name: str = "multi30k_ende", temperature: float = 0.0,
             for d in drafts(name)}
   alphas = {d: a for d, a in alphas.items() if a is not None}
   return max(alphas, key=alphas.get) if alphas else "draft"
+
+
+def measured_alpha(name: str, draft: str, temperature: float) -> float | None:
+  """The draft's alpha on the pair's own held-out set at temperature 0 or 1 (the
+  nearer), from its model card; None where none is recorded."""
+  _check_draft(name, draft)
+  info, key = pair_info(name), "0" if temperature < 0.5 else "1"
+  if name in LM_PAIRS:
+    block = info.get("context_lookup" if draft.endswith(LOOKUP_SUFFIX) else "metrics", {})
+    return block.get("teacher_forced_alpha", {}).get(key)
+  return (info.get("metrics", {}).get("alpha", {}).get(draft, {})
+          .get("multi30k_test_2016", {}).get(key))
+
+
+def step_costs(name: str, draft: str = "draft", batch: int = 1
+               ) -> adaptive.StepCosts | None:
+  """The pair's measured costs with `draft` at the largest measured batch size <=
+  `batch` (else the smallest), from `costs.json` beside its weights ({draft: {batch:
+  StepCosts}}, written by scripts/research/calibrate_pairs.py on a 2-core CPU); None
+  where the draft has none."""
+  _check_draft(name, draft)
+  path = pair_dir(name) / "costs.json"
+  table = json.loads(path.read_text()).get(draft) if path.exists() else None
+  if not table:
+    return None
+  sizes = sorted(int(b) for b in table if int(b) <= batch) or sorted(map(int, table))
+  return adaptive.StepCosts.from_json(json.dumps(table[str(sizes[-1])]))
+
+
+def auto_gamma(name: str, temperature: float, batch: int = 1, draft: str = "draft",
+               gammas: tuple[int, ...] = adaptive.DEFAULT_GAMMAS) -> adaptive.AutoGamma:
+  """The shipped pair's `AutoGamma`: its measured costs at this batch size
+  (`step_costs`) and the draft's measured alpha at this temperature as the prior.
+
+  The costs were measured on a 2-core CPU: on other hardware measure your own
+  (`adaptive.calibrate`) or give them by hand (`AutoGamma.from_c`).
+
+  Raises:
+    ValueError: an unknown pair or draft, or a draft with no measured costs.
+  """
+  costs = step_costs(name, draft, batch)
+  if costs is None:
+    raise ValueError(f"draft {draft!r} of {name!r} has no measured costs; measure them "
+                     "with specdec.adaptive.calibrate")
+  prior = measured_alpha(name, draft, temperature)
+  return adaptive.AutoGamma.from_costs(costs, gammas,
+                                       **({} if prior is None else dict(prior=prior)))
 
 
 @dataclasses.dataclass(frozen=True)

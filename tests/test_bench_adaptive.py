@@ -50,3 +50,19 @@ def test_the_shipped_pairs_ship_their_step_costs():
       assert costs.batch == 1 and costs.c > 0 and costs.v_of(9) >= 1.0
       # The loop's own iterations, timed at every gamma of the default set.
       assert [g for g, _ in costs.iteration] == list(adaptive.DEFAULT_GAMMAS), (pair, draft)
+
+
+def test_auto_gamma_is_the_pairs_measured_costs_with_its_measured_alpha_as_prior():
+  from specdec import pretrained
+  for pair, draft in (("multi30k_ende", "draft_distilled"),
+                      ("smollm2_135m_instruct", "draft+lookup")):
+    costs = pretrained.step_costs(pair, draft, batch=1)
+    for temperature in (0.0, 1.0):
+      rule = pretrained.auto_gamma(pair, temperature, draft=draft)
+      assert rule.gammas == adaptive.DEFAULT_GAMMAS
+      assert rule.costs == tuple(costs.cost(g) for g in rule.gammas)
+      assert rule.prior == pretrained.measured_alpha(pair, draft, temperature)
+      assert 0.0 < rule.prior < 1.0
+  assert pretrained.step_costs("smollm2_135m_instruct", "draft+lookup", batch=3).batch <= 3
+  with pytest.raises(ValueError, match="draft"):
+    pretrained.auto_gamma("multi30k_ende", 0.0, draft="nope")

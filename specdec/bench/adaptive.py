@@ -53,29 +53,15 @@ class Config:
 
 
 def shipped_costs(pair: str, batch: int, draft: str = "draft") -> adaptive.StepCosts | None:
-  """The pair's measured costs for `draft` at the largest measured batch <= `batch`
-  (`costs.json` beside its weights: {draft: {batch: StepCosts}}), or None."""
-  if pair in workloads.TOY_PAIRS:
-    return None
-  path = pretrained.pair_dir(pair) / "costs.json"
-  table = json.loads(path.read_text()).get(draft) if path.exists() else None
-  if not table:
-    return None
-  sizes = sorted(int(b) for b in table if int(b) <= batch) or sorted(map(int, table))
-  return adaptive.StepCosts.from_json(json.dumps(table[str(sizes[-1])]))
+  """`pretrained.step_costs`; None for the toy pairs."""
+  return None if pair in workloads.TOY_PAIRS else pretrained.step_costs(pair, draft, batch)
 
 
 def measured_alpha(pair: str, draft: str, temperature: float) -> float | None:
-  """The draft's alpha on the pair's own held-out set at this temperature (0 or 1),
-  from its model card, or None: AutoGamma's prior."""
+  """`pretrained.measured_alpha` (AutoGamma's prior); None for the toy pairs."""
   if pair in workloads.TOY_PAIRS:
     return None
-  info, key = pretrained.pair_info(pair), "0" if temperature < 0.5 else "1"
-  if workloads.is_lm_pair(pair):
-    block = info.get("context_lookup" if draft.endswith("+lookup") else "metrics", {})
-    return block.get("teacher_forced_alpha", {}).get(key)
-  return (info.get("metrics", {}).get("alpha", {}).get(draft, {})
-          .get("multi30k_test_2016", {}).get(key))
+  return pretrained.measured_alpha(pair, draft, temperature)
 
 
 def _draft_name(pair: str, draft: str, temperature: float) -> str:
