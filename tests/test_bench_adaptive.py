@@ -24,6 +24,10 @@ def test_run_times_baseline_fixed_gammas_and_adaptive_side_by_side():
     assert np.isclose(r["adaptive_speedup"], r["baseline_ms"] / r["adaptive_ms"])
     assert sum(r["gamma_histogram"].values()) > 0
     assert r["predicted_speedup"] > 0 and r["predicted_speedup_model"] > 0
+    # measured / predicted is the decode loop's: both prefills come off.
+    assert r["prefill_s"]["baseline"] > 0 and r["prefill_s"]["adaptive"] > 0
+    assert np.isclose(r["measured_over_predicted"],
+                      r["loop_speedup"] / r["predicted_speedup"])
   assert len(rows[0]["per_prompt"]) == 2 and "per_prompt" not in rows[1]
   text = bench_adaptive.render(result)
   assert "adaptive / best fixed" in text and "toy_llama" in text

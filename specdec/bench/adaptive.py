@@ -13,8 +13,9 @@ Each row reports ms/token and tokens/s of the three, the best fixed gamma (chose
 after the fact: an oracle), adaptive / baseline and adaptive / best fixed, the gammas
 adaptive chose, and measured / predicted: Theorem 3.8 with the chosen gammas, i.e. the
 tokens adaptive produced over the target steps its iterations cost (the rule's costs:
-the loop's calibrated iterations, `StepCosts.cost`), against the measured speed-up;
-and the same with Theorem 3.8's model costs alone, gamma c + v(gamma + 1) ("c, v
+the loop's calibrated iterations, `StepCosts.cost`), against the measured speed-up
+of the decode loop (each decode's prefill, timed alone, comes off its time; the
+tok/s columns are end to end, prefill included); and the same with Theorem 3.8's model costs alone, gamma c + v(gamma + 1) ("c, v
 only"). At batch 1 it also lists, per prompt, the speed-ups of the best fixed gamma
 and of adaptive.
 """
@@ -76,7 +77,8 @@ def _tokens(outputs) -> int:
   return int(sum(np.sum(o.lengths) for o in outputs))
 
 
-def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=None):
+def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=None,
+         prefill=None):
   base_s, base_out = timed["baseline"]
   tokens = _tokens(base_out)
   ms = {name: 1e3 * sum(s) / max(_tokens(o), 1) for name, (s, o) in timed.items()}
@@ -86,6 +88,12 @@ def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=
   counts = np.sum([np.sum(np.asarray(o.stats.gamma_counts), axis=0) for o in auto_out], 0)
   predicted = _rate(auto_out, rule.costs) / _rate(base_out, (1.0,))
   measured = ms["baseline"] / ms["adaptive"]
+  # Theorem 3.8 predicts the decode loop: the prefills (the prompt through the target,
+  # and through the draft too where the decode drafts) come off both decodes' times.
+  loop = measured
+  if prefill is not None:
+    loop = ((sum(base_s) - prefill["baseline"])
+            / max(sum(timed["adaptive"][0]) - prefill["adaptive"], 1e-12))
   # Theorem 3.8 with the model's costs alone, gamma c + v(gamma + 1): what the loop's
   # measured iterations add shows as the gap between the two predictions.
   model = (None if costs is None else
@@ -100,14 +108,32 @@ def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=
              adaptive_speedup=measured, best_fixed_speedup=ms["baseline"] / fixed[best_g],
              adaptive_over_best_fixed=fixed[best_g] / ms["adaptive"],
              gamma_histogram={str(g): int(n) for g, n in zip(rule.gammas, counts)},
-             predicted_speedup=predicted, measured_over_predicted=measured / predicted,
+             loop_speedup=loop, prefill_s=prefill,
+             predicted_speedup=predicted, measured_over_predicted=loop / predicted,
              predicted_speedup_model=model,
-             measured_over_predicted_model=None if model is None else measured / model,
+             measured_over_predicted_model=None if model is None else loop / model,
              costs=list(rule.costs), gammas=list(rule.gammas))
   if per_prompt:
     row["per_prompt"] = [dict(best_fixed=b / f, adaptive=b / a) for b, f, a in zip(
         base_s, timed[f"gamma={best_g}"][0], timed["adaptive"][0])]
   return row
+
+
+def _prefill_seconds(target, draft, rule, inputs, max_new_tokens: int, repeats: int
+                     ) -> dict[str, float]:
+  """Seconds, summed over `inputs`, of the baseline's prefill (the target's cache for
+  max_new_tokens + 1) and the adaptive decode's (both models' caches for the largest
+  gamma; the target's alone for a rule that never drafts: it runs the baseline's loop),
+  each the minimum of `repeats` + 1 calls."""
+  spec = max_new_tokens + rule.max_gamma + 1
+  base, auto, plain = 0.0, 0.0, adaptive.never_drafts(rule)
+  for x in inputs:
+    base += measure.min_seconds(
+        lambda x=x: measure.prefill(target, None, x, max_new_tokens + 1), repeats + 1)
+    auto += measure.min_seconds(
+        lambda x=x: (measure.prefill(target, None, x, max_new_tokens + 1) if plain
+                     else measure.prefill(target, draft, x, spec)), repeats + 1)
+  return dict(baseline=base, adaptive=auto)
 
 
 def _rate(outputs, costs) -> float:
@@ -162,7 +188,9 @@ def run(config: Config) -> dict[str, Any]:
             if not same:
               raise AssertionError(f"{pair}: {name} differs from greedy at temperature 0")
         rows.append(_row(pair, temperature, batch, rule, timed, config.fixed_gammas,
-                         per_prompt=batch == 1, costs=costs))
+                         per_prompt=batch == 1, costs=costs,
+                         prefill=_prefill_seconds(target, draft, rule, inputs,
+                                                  config.max_new_tokens, config.repeats)))
   return dict(config=dataclasses.asdict(config), device=jax.devices()[0].device_kind,
               rows=rows)
 
@@ -170,7 +198,7 @@ def run(config: Config) -> dict[str, Any]:
 def render(result: dict[str, Any]) -> str:
   header = ["pair", "T", "batch", "baseline tok/s", "best fixed", "tok/s", "adaptive tok/s",
             "adaptive / baseline", "adaptive / best fixed", "gammas chosen",
-            "measured / predicted", "(c, v only)"]
+            "loop: measured / predicted", "(c, v only)"]
   lines = []
   for r in result["rows"]:
     hist = " ".join(f"{g}:{n}" for g, n in r["gamma_histogram"].items() if n)

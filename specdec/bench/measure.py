@@ -267,7 +267,9 @@ def _state_sum(tree) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("max_length",))
-def _prefill(target, draft, inputs, max_length):
+def prefill(target, draft, inputs, max_length):
+  """Both models' caches for `inputs` (the target's alone: draft None), as a decode
+  builds them before its loop; a scalar that depends on all of them."""
   out = _state_sum(target.init(inputs, max_length))
   return out if draft is None else out + _state_sum(draft.init(inputs, max_length))
 
@@ -358,9 +360,9 @@ def loop_costs(target, draft, inputs: jax.Array, gamma: int, max_new_tokens: int
   calls = dict(
       spec=lambda: spec(inputs, key).tokens,
       base=lambda: base(inputs, key).tokens,
-      prefill_both=lambda: _prefill(target, draft, inputs, length),
-      prefill_target=lambda: _prefill(target, None, inputs, length),
-      prefill_base=lambda: _prefill(target, None, inputs, base_length),
+      prefill_both=lambda: prefill(target, draft, inputs, length),
+      prefill_target=lambda: prefill(target, None, inputs, length),
+      prefill_base=lambda: prefill(target, None, inputs, base_length),
       target_chunk=lambda: _target_loop(target, inputs, chunk=gamma + 1,
                                         iterations=iterations, max_length=length,
                                         sampling=sampling),
@@ -421,8 +423,8 @@ def iteration_costs(target, draft, inputs: jax.Array, gammas: tuple[int, ...],
                 for g, d in decoders.items()}
   calls = {("spec", g): (lambda d=d: d(inputs, key).tokens) for g, d in decoders.items()}
   calls["base"] = lambda: base(inputs, key).tokens
-  calls["prefill_both"] = lambda: _prefill(target, draft, inputs, capacity)
-  calls["prefill_base"] = lambda: _prefill(target, None, inputs, max_new_tokens + 1)
+  calls["prefill_both"] = lambda: prefill(target, draft, inputs, capacity)
+  calls["prefill_base"] = lambda: prefill(target, None, inputs, max_new_tokens + 1)
   best = interleaved_min_seconds(calls, rounds, repeats)
   token = max(best["base"] - best["prefill_base"], 1e-12) / max_new_tokens
   seconds = {g: max(best[("spec", g)] - best["prefill_both"], 1e-12) / iterations[g]
