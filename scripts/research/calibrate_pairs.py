@@ -7,13 +7,17 @@ by `specdec.adaptive.calibrate` (compiled-loop timings of one target step, one
 verification call per gamma + 1 of `AutoGamma`'s set and one draft step; and one
 iteration of the AutoGamma decode loop forced to each gamma, beside the baseline
 decode) on the pair's first held-out prompts. Run it on a quiet machine: a loaded one
-reads high.
+reads high. Each (pair, draft, batch size) runs in a process of its own: one process
+compiling every batch size's loops exceeds Linux's default limit on memory mappings
+(vm.max_map_count 65530), and LLVM then fails with "Cannot allocate memory".
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 
 import jax.numpy as jnp
 
@@ -30,13 +34,28 @@ def main() -> None:
   parser.add_argument("--pairs", default=",".join(DRAFTS))
   parser.add_argument("--batches", default="",
                       help="Only these batch sizes (comma-separated; default: all).")
+  parser.add_argument("--drafts", default="",
+                      help="Only these drafts (comma-separated; default: all).")
   parser.add_argument("--max_length", type=int, default=48,
                       help="Cache length; the loop decodes max_length - 9 tokens.")
   args = parser.parse_args()
+  jobs = [(pair, draft, batch) for pair in args.pairs.split(",")
+          for draft, batches in DRAFTS[pair].items()
+          if not args.drafts or draft in args.drafts.split(",")
+          for batch in batches
+          if not args.batches or str(batch) in args.batches.split(",")]
+  if len(jobs) > 1:
+    for pair, draft, batch in jobs:
+      subprocess.run([sys.executable, __file__, f"--pairs={pair}", f"--drafts={draft}",
+                      f"--batches={batch}", f"--max_length={args.max_length}"],
+                     check=True)
+    return
   for pair in args.pairs.split(","):
     path = pretrained.pair_dir(pair) / "costs.json"
     table = json.loads(path.read_text()) if path.exists() else {}
     for draft, batches in DRAFTS[pair].items():
+      if args.drafts and draft not in args.drafts.split(","):
+        continue
       if args.batches:
         batches = tuple(b for b in batches if str(b) in args.batches.split(","))
       if not batches:
