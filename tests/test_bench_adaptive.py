@@ -70,3 +70,18 @@ def test_auto_gamma_is_the_pairs_measured_costs_with_its_measured_alpha_as_prior
   assert pretrained.step_costs("smollm2_135m_instruct", "draft+lookup", batch=3).batch <= 3
   with pytest.raises(ValueError, match="draft"):
     pretrained.auto_gamma("multi30k_ende", 0.0, draft="nope")
+
+
+def test_every_batch_size_reads_the_costs_and_prior_of_the_draft_it_decodes_with(
+    monkeypatch):
+  """The greedy check once named its loop variable like the draft: every batch size
+  after the first then asked for the costs and the prior of a draft named 'adaptive'."""
+  asked = []
+  monkeypatch.setattr(bench_adaptive, "shipped_costs",
+                      lambda pair, batch, draft="draft": asked.append(draft))
+  monkeypatch.setattr(bench_adaptive, "measured_alpha",
+                      lambda pair, draft, temperature: asked.append(draft))
+  bench_adaptive.run(bench_adaptive.Config(
+      pair="toy_llama", temperatures=(0.0,), batches=(1, 2), fixed_gammas=(1,),
+      num_prompts=2, max_new_tokens=4, repeats=1))
+  assert asked == ["draft"] * 4

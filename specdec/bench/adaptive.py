@@ -182,11 +182,11 @@ def run(config: Config) -> dict[str, Any]:
             target, draft, rule, config.max_new_tokens, sampling, w.eos_id)
         timed = measure.time_each(decoders, inputs, jax.random.key(config.seed), config.repeats)
         if temperature == 0.0:
-          for name, (_, outs) in timed.items():
+          for decoder, (_, outs) in timed.items():
             same = all(np.array_equal(a.tokens, b.tokens)
                        for a, b in zip(outs, timed["baseline"][1]))
             if not same:
-              raise AssertionError(f"{pair}: {name} differs from greedy at temperature 0")
+              raise AssertionError(f"{pair}: {decoder} differs from greedy at temperature 0")
         rows.append(_row(pair, temperature, batch, rule, timed, config.fixed_gammas,
                          per_prompt=batch == 1, costs=costs,
                          prefill=_prefill_seconds(target, draft, rule, inputs,
