@@ -32,7 +32,9 @@ def check_lenience(lenience: Any) -> float:
 
 
 def check_common(model: DecodeModel, name: str, inputs: Any, max_new_tokens: Any,
-                  sampling: Any, eos_id: Any) -> None:
+                  sampling: Any, eos_id: Any, check_ids: bool = True) -> None:
+  """Raises naming the bad argument. `check_ids` False skips reading the inputs' ids
+  back (for a second model of the same vocabulary size: already checked)."""
   if not isinstance(model, DecodeModel):
     raise TypeError(f"{name} must implement specdec.models.DecodeModel, got "
                     f"{type(model).__name__}")
@@ -52,7 +54,8 @@ def check_common(model: DecodeModel, name: str, inputs: Any, max_new_tokens: Any
     raise ValueError(f"inputs must be non-empty, got shape {tuple(shape)}")
   # Concrete ids are checked here, before the models are traced (inside the decode's
   # jit they cannot raise, and clip instead).
-  check_token_ids("inputs", inputs, model.vocab_size)
+  if check_ids:
+    check_token_ids("inputs", inputs, model.vocab_size)
   if eos_id is not None:
     if isinstance(eos_id, (bool, np.bool_)) or not isinstance(eos_id, numbers.Integral):
       raise TypeError(f"eos_id must be an int or None, got {eos_id!r}")

@@ -417,8 +417,9 @@ def speculative_sample(target: DecodeModel, draft: Any, inputs: Array,
     raise ValueError(f"vocab_size of target ({target.vocab_size}) and draft "
                      f"({proposer.vocab_size}) differ: Algorithm 1 compares p and q "
                      "token by token")
-  if isinstance(draft, DecodeModel):
-    check_common(draft, "draft", inputs, max_new_tokens, sampling, eos_id)
+  if isinstance(draft, DecodeModel):  # Same vocabulary size: its ids are checked.
+    check_common(draft, "draft", inputs, max_new_tokens, sampling, eos_id,
+                 check_ids=False)
   drafts.check_target(proposer, target)
   if isinstance(gamma, AutoGamma) and adaptive.never_drafts(gamma):
     return _plain_jit(target, inputs, rng, rule=gamma, max_new_tokens=int(max_new_tokens),

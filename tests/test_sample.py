@@ -642,9 +642,10 @@ def test_zero_probability_tokens_are_never_drawn_at_full_vocabulary():
 def test_token_ids_outside_the_vocabulary_raise_naming_inputs():
   vocab = 64
   model = bigram_model(jnp.zeros((vocab, vocab)))
-  for bad in ([[5, 7, 100, 0]], [[5, -1, 3, 0]]):
-    inputs = jnp.asarray(bad, jnp.int32)
-    with pytest.raises(ValueError, match="inputs"):
+  for bad, asarray in itertools.product(([[5, 7, 100, 0]], [[5, -1, 3, 0]]),
+                                        (jnp.asarray, np.asarray)):
+    inputs = asarray(bad, np.int32)  # device arrays and host (numpy) arrays alike
+    with pytest.raises(ValueError, match=r"inputs .*ids in \[-?\d+, \d+\]"):
       specdec.speculative_sample(model, model, inputs, jax.random.key(0), gamma=2,
                                  max_new_tokens=4)
     with pytest.raises(ValueError, match="inputs"):

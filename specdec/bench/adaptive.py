@@ -86,7 +86,9 @@ def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=
   best_g = min(fixed, key=fixed.get)
   auto_out = timed["adaptive"][1]
   counts = np.sum([np.sum(np.asarray(o.stats.gamma_counts), axis=0) for o in auto_out], 0)
-  predicted = _rate(auto_out, rule.costs) / _rate(base_out, (1.0,))
+  # A rule that never drafts runs the baseline's loop: its iterations cost one step.
+  plain = adaptive.never_drafts(rule)
+  predicted = 1.0 if plain else _rate(auto_out, rule.costs) / _rate(base_out, (1.0,))
   measured = ms["baseline"] / ms["adaptive"]
   # Theorem 3.8 predicts the decode loop: the prefills (the prompt through the target,
   # and through the draft too where the decode drafts) come off both decodes' times.
@@ -96,7 +98,7 @@ def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=
             / max(sum(timed["adaptive"][0]) - prefill["adaptive"], 1e-12))
   # Theorem 3.8 with the model's costs alone, gamma c + v(gamma + 1): what the loop's
   # measured iterations add shows as the gap between the two predictions.
-  model = (None if costs is None else
+  model = (None if costs is None else 1.0 if plain else
            _rate(auto_out, tuple(costs.model_cost(g) for g in rule.gammas))
            / _rate(base_out, (1.0,)))
   row = dict(pair=pair, temperature=temperature, batch=batch, tokens=tokens,

@@ -94,6 +94,11 @@ def check_tokens(name: str, tokens: Any, vocab_size: int | None = None) -> None:
     check_token_ids(name, tokens, vocab_size)
 
 
+@jax.jit
+def _min_max(tokens: Array) -> Array:
+  return jnp.stack([jnp.min(tokens), jnp.max(tokens)])
+
+
 def check_token_ids(name: str, tokens: Any, vocab_size: int) -> None:
   """Raises ValueError naming `name` if concrete `tokens` hold an id outside [0, V).
 
@@ -104,9 +109,13 @@ def check_token_ids(name: str, tokens: Any, vocab_size: int) -> None:
   """
   if isinstance(tokens, jax.core.Tracer) or not np.size(tokens):
     return
-  # Eager even when a concrete array is closed over by a function being traced.
-  with jax.ensure_compile_time_eval():
-    low, high = int(jnp.min(tokens)), int(jnp.max(tokens))
+  if isinstance(tokens, np.ndarray):
+    low, high = int(tokens.min()), int(tokens.max())
+  else:
+    # One compiled reduction and one read-back (a decode's only host sync before it
+    # starts); eager even when a concrete array is closed over by a traced function.
+    with jax.ensure_compile_time_eval():
+      low, high = (int(v) for v in np.asarray(_min_max(tokens)))
   if low < 0 or high >= vocab_size:
     raise ValueError(f"{name} holds token ids outside the vocabulary [0, {vocab_size}): "
                      f"ids in [{low}, {high}]")
