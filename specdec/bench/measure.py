@@ -168,11 +168,8 @@ def time_each(decoders: dict[str, Callable[[jax.Array, jax.Array], sample.Sample
               ) -> dict[str, tuple[list[float], list[sample.SampleOutput]]]:
   """Per input, each decoder once untimed (compiling if needed, and giving the
   output), then `repeats` rounds timing each in turn, so that a slow spell of a shared
-  machine falls on all of them alike. In a round each decoder runs twice back to back
-  and the faster call counts: a decoder timed right after another program pays for
-  the caches that program left (measured: the last of eight decoders read 4 % slow
-  against an identical first one), which a user decoding with one decoder never does.
-  Returns, per decoder, (the minimum seconds of each input, the outputs)."""
+  machine falls on all of them alike. Returns, per decoder, (the minimum seconds of
+  each input, the outputs)."""
   if repeats < 1:
     raise ValueError(f"repeats must be >= 1, got {repeats}")
   out = {name: ([], []) for name in decoders}
@@ -183,10 +180,9 @@ def time_each(decoders: dict[str, Callable[[jax.Array, jax.Array], sample.Sample
     best = {name: float("inf") for name in decoders}
     for _ in range(repeats):
       for name, decode in decoders.items():
-        for _ in range(2):
-          start = time.perf_counter()
-          jax.block_until_ready(decode(x, k).tokens)
-          best[name] = min(best[name], time.perf_counter() - start)
+        start = time.perf_counter()
+        jax.block_until_ready(decode(x, k).tokens)
+        best[name] = min(best[name], time.perf_counter() - start)
     for name in decoders:
       out[name][0].append(best[name])
   return out
