@@ -124,6 +124,7 @@ def test_training_on_the_shortlist_lowers_the_full_vocabulary_validation_loss(tm
   losses = [h["val_loss"] for h in result["history"]]
   assert losses[-1] < losses[0] - 0.5
   assert result["history"][-1]["output_vocab"] == "train"
+  assert result["history"][-1]["full_vocab_every"] == 4
   with pytest.raises(ValueError, match="output_vocab"):
     train_pair.train_model("bad", CFG, _examples(64), _examples(16, seed=1),
                            _config(output_vocab="some"), str(tmp_path / "bad"),
