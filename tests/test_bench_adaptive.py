@@ -72,13 +72,14 @@ def test_auto_gamma_is_the_pairs_measured_costs_with_its_measured_alpha_as_prior
     pretrained.auto_gamma("multi30k_ende", 0.0, draft="nope")
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_every_batch_size_reads_the_costs_and_prior_of_the_draft_it_decodes_with(
     monkeypatch):
   """The greedy check once named its loop variable like the draft: every batch size
   after the first then asked for the costs and the prior of a draft named 'adaptive'."""
-  asked = []
-  monkeypatch.setattr(bench_adaptive, "shipped_costs",
-                      lambda pair, batch, draft="draft": asked.append(draft))
+  asked, costs = [], adaptive.StepCosts(c=0.1, v=((2, 1.1), (9, 1.5)))
+  monkeypatch.setattr(bench_adaptive, "shipped_costs",  # given: nothing is calibrated
+                      lambda pair, batch, draft="draft": asked.append(draft) or costs)
   monkeypatch.setattr(bench_adaptive, "measured_alpha",
                       lambda pair, draft, temperature: asked.append(draft))
   bench_adaptive.run(bench_adaptive.Config(
