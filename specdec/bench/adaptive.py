@@ -15,7 +15,8 @@ adaptive chose, and measured / predicted: Theorem 3.8 with the chosen gammas, i.
 tokens adaptive produced over the target steps its iterations cost (the rule's costs:
 the loop's calibrated iterations, `StepCosts.cost`), against the measured speed-up
 of the decode loop (each decode's prefill, timed alone, comes off its time; the
-tok/s columns are end to end, prefill included); and the same with Theorem 3.8's model costs alone, gamma c + v(gamma + 1) ("c, v
+tok/s columns are end to end, prefill included); and the same with Theorem 3.8's
+model costs alone, gamma c + v(gamma + 1) ("c, v
 only"). At batch 1 it also lists, per prompt, the speed-ups of the best fixed gamma
 and of adaptive.
 """
@@ -130,11 +131,11 @@ def _prefill_seconds(target, draft, rule, inputs, max_new_tokens: int, repeats: 
   spec = max_new_tokens + rule.max_gamma + 1
   base, auto, plain = 0.0, 0.0, adaptive.never_drafts(rule)
   for x in inputs:
-    base += measure.min_seconds(
+    alone = measure.min_seconds(
         lambda x=x: measure.prefill(target, None, x, max_new_tokens + 1), repeats + 1)
-    auto += measure.min_seconds(
-        lambda x=x: (measure.prefill(target, None, x, max_new_tokens + 1) if plain
-                     else measure.prefill(target, draft, x, spec)), repeats + 1)
+    base += alone
+    auto += alone if plain else measure.min_seconds(
+        lambda x=x: measure.prefill(target, draft, x, spec), repeats + 1)
   return dict(baseline=base, adaptive=auto)
 
 
