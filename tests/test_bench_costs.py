@@ -34,6 +34,7 @@ def test_the_shipped_pair_with_every_strategy():
   _check(result, {"xla", "per position"} | packed)
 
 
+@pytest.mark.slow  # The benchmark command end to end; runs after the default suite.
 def test_a_decoder_only_toy_pair_has_no_per_position_strategy():
   result = costs.run(costs.Config(pair="toy_llama", max_chunk=2, rounds=1, steps=2))
   assert "per position" not in result["strategies"] and "xla" in result["strategies"]

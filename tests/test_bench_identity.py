@@ -53,6 +53,7 @@ def lm_workload():
                                     load_lm=load_tiny_lm)
 
 
+@pytest.mark.slow  # The benchmark command end to end; runs after the default suite.
 def test_greedy_pair_is_identical_and_chunks_round_like_single_steps(pair):
   """3 rows in batches of 2 (the last padded): every row identical, the chunk/single
   differences at float32 rounding, every generated position counted once."""

@@ -76,6 +76,7 @@ def test_loop_costs_wants_one_row(pair):
                             GREEDY, jax.random.key(0))
 
 
+@pytest.mark.slow  # The benchmark command end to end; runs after the default suite.
 def test_the_subcommand_runs_on_a_toy_pair():
   result = bench_loop.run(bench_loop.Config(
       pair="toy_llama", gammas=(1,), temperatures=(0.0,), prompts=1, max_new_tokens=4,

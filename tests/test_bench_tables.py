@@ -34,6 +34,7 @@ def result():
 
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
+@pytest.mark.slow  # Shares the benchmark run's fixture; after the default suite.
 def test_every_row_has_every_field_and_greedy_rows_equal_the_baseline(result):
   assert {"config", "alpha", "baseline", "costs", "rows", "best"} <= set(result)
   assert [(r["temperature"], r["draft"], r["gamma"]) for r in result["rows"]] == [
@@ -50,6 +51,7 @@ def test_every_row_has_every_field_and_greedy_rows_equal_the_baseline(result):
   assert result["config"]["ngram_corpus_sequences"] == tables.CORPUS_PROMPTS
 
 
+@pytest.mark.slow  # Shares the benchmark run's fixture; after the default suite.
 def test_predictions_recompute_from_theory_and_the_costs(result):
   costs = result["costs"]["draft"]
   for r in result["rows"]:
@@ -70,6 +72,7 @@ def test_predictions_recompute_from_theory_and_the_costs(result):
   assert [b["gamma"] for b in result["best"]] == [2, 2]
 
 
+@pytest.mark.slow  # Shares the benchmark run's fixture; after the default suite.
 def test_render_shows_tables_2_3_and_4(result):
   text = tables.render(result)
   for title in ("Table 2 layout", "Table 3 layout", "Table 4 layout", "Every setting"):

@@ -35,6 +35,7 @@ def result(tmp_path_factory):
                                    threads=1)
 
 
+@pytest.mark.slow  # Shares the benchmark run's fixture; after the default suite.
 def test_every_system_and_field_is_present(result):
   assert set(result) >= {"settings", "systems", "ratios", "agreement",
                          "reference_tokens"}
@@ -56,6 +57,7 @@ def test_every_system_and_field_is_present(result):
                            assistant_confidence_threshold=0.0)
 
 
+@pytest.mark.slow  # Shares the benchmark run's fixture; after the default suite.
 def test_speedups_and_ratios_recompute(result):
   systems = result["systems"]
   for name, r in systems.items():
@@ -78,6 +80,7 @@ def test_speedups_and_ratios_recompute(result):
     assert math.isclose(q["speedup"], spec["speedup"] / hf["speedup"])
 
 
+@pytest.mark.slow  # Shares the benchmark run's fixture; after the default suite.
 def test_all_systems_give_the_same_tokens(result):
   agreement = result["agreement"]
   assert agreement["all_agree"], agreement["disagreements"]
@@ -91,6 +94,7 @@ def test_all_systems_give_the_same_tokens(result):
   assert systems["specdec_baseline"]["target_calls"] == systems["specdec_baseline"]["tokens"]
 
 
+@pytest.mark.slow  # Shares the benchmark run's fixture; after the default suite.
 def test_markdown_has_a_row_per_system(result):
   text = compare_hf.markdown(result)
   for name in compare_hf.system_names(GAMMA):
@@ -164,6 +168,7 @@ def test_lm_prompts_are_padded_for_specdec_only(lm_pair):
 
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
+@pytest.mark.slow  # Shares the benchmark run's fixture; after the default suite.
 def test_lm_pair_every_system_gives_the_specdec_baseline_tokens(lm_pair, lm_result):
   eos, stop = lm_pair[5]
   agreement = lm_result["agreement"]
@@ -235,6 +240,7 @@ def test_the_shipped_lm_pair_loads_in_transformers_with_the_same_weights():
   assert result["agreement"]["all_agree"], result["agreement"]["disagreements"]
 
 
+@pytest.mark.slow  # Shares the benchmark run's fixture; after the default suite.
 def test_the_subcommand_checks_its_config_and_renders(result):
   for bad, match in ((dict(pair="nope"), "pair"), (dict(gamma=0), "gamma"),
                      (dict(sentences=0), "sentences")):

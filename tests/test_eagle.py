@@ -264,6 +264,7 @@ def test_save_and_load_round_trip_in_bfloat16_and_refuse_malformed_files(tmp_pat
     eagle.load(str(tmp_path / "missing"), target)
 
 
+@pytest.mark.slow  # Times compiled calls; runs after the default suite.
 def test_step_costs_time_a_feature_draft():
   target = tiny_model(0, pad_id=None)
   draft = feature_draft(target)
