@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec import theory
+from specdec.distributions import SamplingConfig
 
 Array = jax.Array
 
@@ -79,6 +80,11 @@ class StepCosts:
       timed in the loop itself (`calibrate`), in steps of the baseline's loop: what
       gamma c + v(gamma + 1) leaves out (the draft catching up on a fully accepted
       chunk, the switch, the bookkeeping) included. Empty when not measured.
+    temperature: the sampling temperature those iterations were timed at. A sampled
+      iteration costs more per verified position than a greedy one (each position's
+      p and q normalized, its ratio and residual drawn), so a rule for temperature T
+      should use costs timed at T: the shipped pairs' greedy costs made gamma 3 look
+      best at SmolLM2's temperature 1 where gamma 1 was.
   """
 
   c: float
@@ -86,9 +92,13 @@ class StepCosts:
   batch: int = 1
   device: str = ""
   iteration: tuple[tuple[int, float], ...] = ()
+  temperature: float = 0.0
 
   def __post_init__(self):
     _check_real("c", self.c, 0.0, math.inf, high_open=True)
+    object.__setattr__(self, "temperature",
+                       _check_real("temperature", self.temperature, 0.0, math.inf,
+                                   high_open=True))
     pairs = tuple((int(k), _check_real(f"v({k})", x, 0.0, math.inf, low_open=True,
                                         high_open=True)) for k, x in self.v)
     loops = tuple((int(g), _check_real(f"iteration({g})", x, 0.0, math.inf, low_open=True,
@@ -125,7 +135,7 @@ class StepCosts:
 
   def to_json(self) -> str:
     d = dict(c=self.c, v={str(k): x for k, x in self.v}, batch=self.batch,
-             device=self.device)
+             device=self.device, temperature=self.temperature)
     if self.iteration:
       d["iteration"] = {str(g): x for g, x in self.iteration}
     return json.dumps(d, indent=2)
@@ -135,6 +145,7 @@ class StepCosts:
     d = json.loads(text)
     return cls(c=d["c"], v=tuple((int(k), x) for k, x in d["v"].items()),
                batch=d.get("batch", 1), device=d.get("device", ""),
+               temperature=d.get("temperature", 0.0),
                iteration=tuple((int(g), x) for g, x in d.get("iteration", {}).items()))
 
   def save(self, path: str) -> None:
@@ -271,7 +282,8 @@ def never_drafts(rule: AutoGamma) -> bool:
 
 def calibrate(target: Any, draft: Any, inputs: Array, gammas: Sequence[int] = DEFAULT_GAMMAS,
               max_length: int = 64, repeats: int = 3, steps: int = 16,
-              rounds: int = 3, loop: bool = True) -> StepCosts:
+              rounds: int = 3, loop: bool = True,
+              sampling: SamplingConfig | None = None) -> StepCosts:
   """Measures this pair's costs at this batch size: c, v(gamma + 1) and, with `loop`,
   one iteration of the decode loop at each gamma.
 
@@ -282,9 +294,12 @@ def calibrate(target: Any, draft: Any, inputs: Array, gammas: Sequence[int] = DE
   tokens and no EOS; per iteration less the prefill, over the baseline's time per
   token (`specdec.bench.measure.iteration_costs`). These are what the rule uses
   (`StepCosts.cost`): they hold what an iteration costs beyond its model calls.
-  Store the result with `StepCosts.save`.
+  `sampling` (default greedy) is the decode's: the loop's iterations are timed with
+  it, and its temperature is recorded (`StepCosts.temperature`). Store the result
+  with `StepCosts.save`.
   """
   from specdec.bench import measure  # pylint: disable=import-outside-toplevel
+  sampling = SamplingConfig(temperature=0.0) if sampling is None else sampling
   ks = sorted({g + 1 for g in gammas if g > 0})
   r = measure.verify_costs(target, draft, inputs, ks, max_length, repeats=repeats,
                            steps=steps, rounds=rounds)
@@ -295,8 +310,8 @@ def calibrate(target: Any, draft: Any, inputs: Array, gammas: Sequence[int] = DE
       raise ValueError(f"max_length {max_length} leaves no new token at gamma "
                        f"{max(gammas)}")
     loops = measure.iteration_costs(target, draft, inputs, tuple(gammas), new_tokens,
-                                    rounds=rounds, repeats=repeats)
+                                    sampling, rounds=rounds, repeats=repeats)
     iteration = tuple(sorted(loops["cost"].items()))
   return StepCosts(c=r["c"], v=tuple((k, r["v"][k]) for k in ks),
                    batch=int(inputs.shape[0]), device=jax.devices()[0].device_kind,
-                   iteration=iteration)
+                   iteration=iteration, temperature=sampling.temperature)

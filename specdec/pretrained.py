@@ -137,25 +137,37 @@ def measured_alpha(name: str, draft: str, temperature: float) -> float | None:
           .get("multi30k_test_2016", {}).get(key))
 
 
-def step_costs(name: str, draft: str = "draft", batch: int = 1
+def step_costs(name: str, draft: str = "draft", batch: int = 1, temperature: float = 0.0
                ) -> adaptive.StepCosts | None:
   """The pair's measured costs with `draft` at the largest measured batch size <=
-  `batch` (else the smallest), from `costs.json` beside its weights ({draft: {batch:
-  StepCosts}}, written by scripts/research/calibrate_pairs.py on a 2-core CPU); None
-  where the draft has none."""
+  `batch` (else the smallest), timed at the measured temperature nearest to
+  `temperature` on the same side of 0 (a greedy decode's loop and a sampled one's
+  differ in cost; temperatures only of the other kind: the nearest of those).
+
+  From `costs.json` beside the weights ({draft: {temperature: {batch: StepCosts}}},
+  written by scripts/research/calibrate_pairs.py on a 2-core CPU); None where the
+  draft has none.
+  """
   _check_draft(name, draft)
+  if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+      or not 0.0 <= temperature < float("inf")):
+    raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
   path = pair_dir(name) / "costs.json"
-  table = json.loads(path.read_text()).get(draft) if path.exists() else None
-  if not table:
+  by_temperature = json.loads(path.read_text()).get(draft) if path.exists() else None
+  if not by_temperature:
     return None
+  measured = sorted(by_temperature, key=float)
+  same_kind = [t for t in measured if (float(t) > 0) == (temperature > 0)] or measured
+  nearest = min(same_kind, key=lambda t: abs(float(t) - temperature))
+  table = by_temperature[nearest]
   sizes = sorted(int(b) for b in table if int(b) <= batch) or sorted(map(int, table))
   return adaptive.StepCosts.from_json(json.dumps(table[str(sizes[-1])]))
 
 
 def auto_gamma(name: str, temperature: float, batch: int = 1, draft: str = "draft",
                gammas: tuple[int, ...] = adaptive.DEFAULT_GAMMAS) -> adaptive.AutoGamma:
-  """The shipped pair's `AutoGamma`: its measured costs at this batch size
-  (`step_costs`) and the draft's measured alpha at this temperature as the prior.
+  """The shipped pair's `AutoGamma`: its measured costs at this batch size and
+  temperature (`step_costs`) and the draft's measured alpha at this temperature as the prior.
 
   The costs were measured on a 2-core CPU: on other hardware measure your own
   (`adaptive.calibrate`) or give them by hand (`AutoGamma.from_c`).
@@ -163,7 +175,7 @@ def auto_gamma(name: str, temperature: float, batch: int = 1, draft: str = "draf
   Raises:
     ValueError: an unknown pair or draft, or a draft with no measured costs.
   """
-  costs = step_costs(name, draft, batch)
+  costs = step_costs(name, draft, batch, temperature)
   if costs is None:
     raise ValueError(f"draft {draft!r} of {name!r} has no measured costs; measure them "
                      "with specdec.adaptive.calibrate")

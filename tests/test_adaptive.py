@@ -4,6 +4,8 @@ Statistical tests use fixed seeds, so they are deterministic; each chi-square te
 rejects at p < 1e-3, a false-alarm rate of 0.1% under fresh randomness.
 """
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -316,6 +318,20 @@ def test_measured_iterations_are_the_rules_costs_and_round_trip(tmp_path):
   assert abs(rule.costs[3] - (0.8 + 2.0 + excess)) < 1e-12
   with pytest.raises(ValueError, match="iteration"):
     StepCosts(c=0.1, v=(), iteration=((1, -1.0),))
+
+
+def test_costs_record_the_temperature_their_iterations_were_timed_at(tmp_path):
+  costs = StepCosts(c=0.1, v=((2, 1.1),), iteration=((0, 1.0), (1, 1.3)), temperature=1.0)
+  path = tmp_path / "costs.json"
+  costs.save(str(path))
+  assert StepCosts.load(str(path)).temperature == 1.0
+  # A file written before temperatures were recorded holds greedy costs.
+  legacy = json.loads(costs.to_json())
+  del legacy["temperature"]
+  assert StepCosts.from_json(json.dumps(legacy)).temperature == 0.0
+  for bad in (-1.0, float("nan"), float("inf"), "1"):
+    with pytest.raises(ValueError, match="temperature"):
+      StepCosts(c=0.1, v=(), temperature=bad)
 
 
 def test_forced_rule_runs_the_adaptive_loop_at_one_gamma():

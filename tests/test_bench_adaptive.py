@@ -49,19 +49,20 @@ def test_the_shipped_pairs_ship_their_step_costs():
   for pair, drafts in (("smollm2_135m_instruct", ("draft", "draft+lookup")),
                        ("multi30k_ende", ("draft", "draft_distilled"))):
     for draft in drafts:
-      costs = bench_adaptive.shipped_costs(pair, 1, draft)
-      assert isinstance(costs, adaptive.StepCosts), (pair, draft)
-      assert costs.batch == 1 and costs.c > 0 and costs.v_of(9) >= 1.0
-      # The loop's own iterations, timed at every gamma of the default set.
-      assert [g for g, _ in costs.iteration] == list(adaptive.DEFAULT_GAMMAS), (pair, draft)
+      for temperature in (0.0, 1.0):
+        costs = bench_adaptive.shipped_costs(pair, 1, draft, temperature)
+        assert isinstance(costs, adaptive.StepCosts), (pair, draft)
+        assert costs.batch == 1 and costs.c > 0 and costs.v_of(9) >= 1.0
+        # The loop's own iterations, timed at every gamma of the default set.
+        assert [g for g, _ in costs.iteration] == list(adaptive.DEFAULT_GAMMAS), (pair, draft)
 
 
 def test_auto_gamma_is_the_pairs_measured_costs_with_its_measured_alpha_as_prior():
   from specdec import pretrained
   for pair, draft in (("multi30k_ende", "draft_distilled"),
                       ("smollm2_135m_instruct", "draft+lookup")):
-    costs = pretrained.step_costs(pair, draft, batch=1)
     for temperature in (0.0, 1.0):
+      costs = pretrained.step_costs(pair, draft, batch=1, temperature=temperature)
       rule = pretrained.auto_gamma(pair, temperature, draft=draft)
       assert rule.gammas == adaptive.DEFAULT_GAMMAS
       assert rule.costs == tuple(costs.cost(g) for g in rule.gammas)
@@ -70,6 +71,31 @@ def test_auto_gamma_is_the_pairs_measured_costs_with_its_measured_alpha_as_prior
   assert pretrained.step_costs("smollm2_135m_instruct", "draft+lookup", batch=3).batch <= 3
   with pytest.raises(ValueError, match="draft"):
     pretrained.auto_gamma("multi30k_ende", 0.0, draft="nope")
+  with pytest.raises(ValueError, match="temperature"):
+    pretrained.step_costs("multi30k_ende", "draft", 1, temperature=-1.0)
+
+
+def test_step_costs_are_the_ones_timed_nearest_the_temperature(tmp_path, monkeypatch):
+  from specdec import pretrained
+  def entry(temperature, batch, cost):
+    return json.loads(adaptive.StepCosts(c=0.1, v=((2, 1.1),), batch=batch,
+                                         iteration=((0, 1.0), (1, cost)),
+                                         temperature=temperature).to_json())
+  table = {"draft": {"0.0": {"1": entry(0.0, 1, 1.2), "4": entry(0.0, 4, 1.5)},
+                     "1.0": {"1": entry(1.0, 1, 1.3)}}}
+  (tmp_path / "costs.json").write_text(json.dumps(table))
+  monkeypatch.setattr(pretrained, "pair_dir", lambda name: tmp_path)
+  monkeypatch.setattr(pretrained, "_check_draft", lambda name, draft: None)
+  def timed(temperature, batch=1):
+    costs = pretrained.step_costs("p", "draft", batch, temperature)
+    return costs.temperature, costs.batch
+  assert timed(0.0) == (0.0, 1) and timed(0.0, batch=8) == (0.0, 4)
+  # A sampled decode gets the sampled loop's costs, at any positive temperature.
+  assert timed(1.0) == (1.0, 1) and timed(0.3) == (1.0, 1) and timed(2.0, 8) == (1.0, 1)
+  # Greedy costs only: every temperature uses them.
+  del table["draft"]["1.0"]
+  (tmp_path / "costs.json").write_text(json.dumps(table))
+  assert timed(1.0) == (0.0, 1)
 
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after

@@ -54,9 +54,12 @@ class Config:
   seed: int = cli.field(0, "Sampling seed.")
 
 
-def shipped_costs(pair: str, batch: int, draft: str = "draft") -> adaptive.StepCosts | None:
+def shipped_costs(pair: str, batch: int, draft: str = "draft", temperature: float = 0.0
+                  ) -> adaptive.StepCosts | None:
   """`pretrained.step_costs`; None for the toy pairs."""
-  return None if pair in workloads.TOY_PAIRS else pretrained.step_costs(pair, draft, batch)
+  if pair in workloads.TOY_PAIRS:
+    return None
+  return pretrained.step_costs(pair, draft, batch, temperature)
 
 
 def measured_alpha(pair: str, draft: str, temperature: float) -> float | None:
@@ -167,12 +170,12 @@ def run(config: Config) -> dict[str, Any]:
       for batch in config.batches:
         inputs = [jnp.asarray(w.inputs[i:i + batch])
                   for i in range(0, len(w.inputs) - batch + 1, batch)]
-        costs = (adaptive.calibrate(target, draft, inputs[0],
-                                    max_length=config.max_new_tokens + 16)
-                 if config.calibrate else shipped_costs(pair, batch, name))
+        costs = (None if config.calibrate
+                 else shipped_costs(pair, batch, name, temperature))
         if costs is None:
           costs = adaptive.calibrate(target, draft, inputs[0],
-                                     max_length=config.max_new_tokens + 16)
+                                     max_length=config.max_new_tokens + 16,
+                                     sampling=sampling)
         prior = measured_alpha(pair, name, temperature)
         rule = adaptive.AutoGamma.from_costs(costs, **({} if prior is None else
                                                        dict(prior=prior)))
