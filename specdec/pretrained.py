@@ -139,10 +139,12 @@ def measured_alpha(name: str, draft: str, temperature: float) -> float | None:
 
 def step_costs(name: str, draft: str = "draft", batch: int = 1, temperature: float = 0.0
                ) -> adaptive.StepCosts | None:
-  """The pair's measured costs with `draft` at the largest measured batch size <=
+  """The pair's measured costs with `draft`: at the largest measured batch size <=
   `batch` (else the smallest), timed at the measured temperature nearest to
   `temperature` on the same side of 0 (a greedy decode's loop and a sampled one's
-  differ in cost; temperatures only of the other kind: the nearest of those).
+  are different programs). The batch size comes first: where one temperature was
+  timed at fewer batch sizes, the nearest batch size wins over the nearest
+  temperature (a batch of 8 costs several times a batch of 1; temperature, tenths).
 
   From `costs.json` beside the weights ({draft: {temperature: {batch: StepCosts}}},
   written by scripts/research/calibrate_pairs.py on a 2-core CPU); None where the
@@ -156,12 +158,17 @@ def step_costs(name: str, draft: str = "draft", batch: int = 1, temperature: flo
   by_temperature = json.loads(path.read_text()).get(draft) if path.exists() else None
   if not by_temperature:
     return None
-  measured = sorted(by_temperature, key=float)
-  same_kind = [t for t in measured if (float(t) > 0) == (temperature > 0)] or measured
-  nearest = min(same_kind, key=lambda t: abs(float(t) - temperature))
+
+  def batch_of(table):  # the largest measured batch size <= batch, else the smallest
+    sizes = sorted(int(b) for b in table if int(b) <= batch) or sorted(map(int, table))
+    return sizes[-1]
+
+  def rank(t):
+    b = batch_of(by_temperature[t])
+    return (abs(b - batch), (float(t) > 0) != (temperature > 0), abs(float(t) - temperature))
+  nearest = min(by_temperature, key=rank)
   table = by_temperature[nearest]
-  sizes = sorted(int(b) for b in table if int(b) <= batch) or sorted(map(int, table))
-  return adaptive.StepCosts.from_json(json.dumps(table[str(sizes[-1])]))
+  return adaptive.StepCosts.from_json(json.dumps(table[str(batch_of(table))]))
 
 
 def auto_gamma(name: str, temperature: float, batch: int = 1, draft: str = "draft",

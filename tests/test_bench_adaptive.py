@@ -91,7 +91,9 @@ def test_step_costs_are_the_ones_timed_nearest_the_temperature(tmp_path, monkeyp
     return costs.temperature, costs.batch
   assert timed(0.0) == (0.0, 1) and timed(0.0, batch=8) == (0.0, 4)
   # A sampled decode gets the sampled loop's costs, at any positive temperature.
-  assert timed(1.0) == (1.0, 1) and timed(0.3) == (1.0, 1) and timed(2.0, 8) == (1.0, 1)
+  assert timed(1.0) == (1.0, 1) and timed(0.3) == (1.0, 1)
+  # The batch size first: temperature 1 was not timed at 4, temperature 0 was.
+  assert timed(2.0, batch=8) == (0.0, 4) and timed(1.0, batch=4) == (0.0, 4)
   # Greedy costs only: every temperature uses them.
   del table["draft"]["1.0"]
   (tmp_path / "costs.json").write_text(json.dumps(table))
