@@ -107,7 +107,8 @@ def test_every_batch_size_reads_the_costs_and_prior_of_the_draft_it_decodes_with
   after the first then asked for the costs and the prior of a draft named 'adaptive'."""
   asked, costs = [], adaptive.StepCosts(c=0.1, v=((2, 1.1), (9, 1.5)))
   monkeypatch.setattr(bench_adaptive, "shipped_costs",  # given: nothing is calibrated
-                      lambda pair, batch, draft="draft": asked.append(draft) or costs)
+                      lambda pair, batch, draft="draft", temperature=0.0:
+                      asked.append(draft) or costs)
   monkeypatch.setattr(bench_adaptive, "measured_alpha",
                       lambda pair, draft, temperature: asked.append(draft))
   bench_adaptive.run(bench_adaptive.Config(

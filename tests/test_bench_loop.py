@@ -31,6 +31,7 @@ def pair():
 PROMPT = [5, 17, 33, 8, 61]
 
 
+@pytest.mark.slow  # A benchmark measurement end to end; runs after the default suite.
 def test_a_draft_equal_to_the_target_takes_gamma_plus_one_tokens_per_iteration(pair):
   target, _ = pair
   gamma, new = 2, 7

@@ -106,7 +106,7 @@ def test_packed_feature_draft_gives_the_unpacked_logits():
 # ---------------------------------------------------------------- Algorithm 1 on it
 
 
-@pytest.mark.parametrize("gamma", [1, 3, 6])
+@pytest.mark.parametrize("gamma", [1] + [pytest.param(g, marks=pytest.mark.slow) for g in (3, 6)])
 def test_greedy_speculative_with_a_feature_draft_equals_greedy_target(gamma):
   target = tiny_model(0)
   draft = feature_draft(target, ids=np.arange(48))

@@ -80,8 +80,9 @@ def _assert_same_output(a, b):
     np.testing.assert_array_equal(getattr(a.stats, field), getattr(b.stats, field))
 
 
-@pytest.mark.parametrize("sampling", [SamplingConfig(1.0), SamplingConfig(0.8, top_k=4),
-                                      GREEDY], ids=["temperature_1", "top_k", "greedy"])
+@pytest.mark.parametrize("sampling", [
+    SamplingConfig(1.0), pytest.param(SamplingConfig(0.8, top_k=4), marks=pytest.mark.slow),
+    GREEDY], ids=["temperature_1", "top_k", "greedy"])
 def test_lenience_one_is_bit_identical_to_the_default(sampling):
   default = _decode(sampling)
   for lenience in (1.0, 1, np.float32(1.0), np.float64(1.0)):
@@ -272,7 +273,9 @@ def _draw(target_table, draft_table, sampling, gamma, lenience, eos_id, seed):
   return np.asarray(out.tokens), out
 
 
-@pytest.mark.parametrize("name", list(LENIENT_SEQUENCE_CASES))
+@pytest.mark.parametrize("name", [  # gamma 1 after the suite
+    pytest.param(n, marks=pytest.mark.slow) if n.startswith("gamma_1") else n
+    for n in LENIENT_SEQUENCE_CASES])
 def test_lenient_sequences_follow_the_lenient_law(name):
   sampling, gamma, lenience, eos_id = LENIENT_SEQUENCE_CASES[name]
   target_table, draft_table = toy_tables(seed=7)
@@ -311,7 +314,7 @@ def constant_model(logits):
   return specdec.CausalLM.from_fn(_constant_logits, logits.shape[-1], params=logits)
 
 
-@pytest.mark.parametrize("lenience", [0.6, 0.25])
+@pytest.mark.parametrize("lenience", [pytest.param(0.6, marks=pytest.mark.slow), 0.25])
 def test_measured_acceptance_matches_alpha_l_on_constant_models(lenience):
   vocab, batch, gamma = 6, 4000, 3
   rng = np.random.default_rng(4)

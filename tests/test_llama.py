@@ -360,7 +360,8 @@ def draw_llama_sequences(name, seed=5):
   return np.asarray(out.tokens), out
 
 
-@pytest.mark.parametrize("name", list(STAT_CASES))
+@pytest.mark.parametrize("name", [  # top-k/top-p after the suite; the toy suites cover it
+    pytest.param(n, marks=pytest.mark.slow) if "top_k" in n else n for n in STAT_CASES])
 def test_speculative_sequences_of_llama_pairs_follow_the_target_distribution(name):
   """Chi-square over all continuations; p < 1e-3 rejects (false alarm 0.1%)."""
   sampling, _ = STAT_CASES[name]
@@ -443,7 +444,7 @@ def test_packed_weights_give_the_unpacked_logits_for_every_chunk_length(tied):
                              rtol=0)
 
 
-@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("tied", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_a_bfloat16_checkpoint_packs_in_half_the_bytes_with_the_same_logits(tied):
   """Parameters that are bfloat16 values upcast (a checkpoint stored in bfloat16, like
   the shipped drafts) pack in bfloat16 by themselves, and every chunk's logits are

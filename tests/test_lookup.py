@@ -146,7 +146,7 @@ def _pair(pad_id=0):
   return target, lookup.ContextLookup.create(draft, 0.8, 1, 3)
 
 
-@pytest.mark.parametrize('gamma', [1, 3, 6])
+@pytest.mark.parametrize('gamma', [1] + [pytest.param(g, marks=pytest.mark.slow) for g in (3, 6)])
 def test_greedy_speculative_with_a_lookup_draft_equals_greedy_target(gamma):
   target, draft = _pair()
   inputs = jnp.asarray([[5, 9, 33, 7, 5, 9], [12, 50, 12, 0, 0, 0]], jnp.int32)

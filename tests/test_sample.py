@@ -699,6 +699,7 @@ def test_numpy_scalars_and_equivalent_configs_share_one_compiled_decode():
     np.testing.assert_array_equal(tokens, outs[0])
 
 
+@pytest.mark.slow  # after the default suite
 def test_rbg_raw_keys_are_accepted():
   vocab = 16
   target = context_model(jax.random.key(0), vocab)

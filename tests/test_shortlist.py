@@ -158,7 +158,7 @@ def test_extend_gives_the_inner_logits_on_the_list_from_mapped_inputs():
   assert int(draft.start_tokens(inputs)[0]) == 63
 
 
-@pytest.mark.parametrize('gamma', [1, 4])
+@pytest.mark.parametrize('gamma', [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_greedy_speculative_with_a_shortlist_draft_equals_greedy_target(gamma):
   pad = 0
   target, draft, _ = _pair(pad_id=pad)

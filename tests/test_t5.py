@@ -528,7 +528,7 @@ def test_packed_decoder_weights_give_the_unpacked_logits_for_every_chunk_length(
 
 
 @pytest.mark.parametrize(
-    "version", [pytest.param("1.0", marks=pytest.mark.slow), "1.1"])  # 1.0: after the suite
+    "version", [pytest.param(v, marks=pytest.mark.slow) for v in ("1.0", "1.1")])
 def test_a_bfloat16_t5_checkpoint_packs_in_half_the_bytes_with_the_same_logits(version):
   """Decoder weights that are bfloat16 values upcast pack in bfloat16 by themselves,
   with every chunk's logits those of the float32 pack bit for bit."""
