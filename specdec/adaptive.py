@@ -52,6 +52,7 @@ from specdec.distributions import SamplingConfig
 Array = jax.Array
 
 DEFAULT_GAMMAS = (0, 1, 2, 3, 4, 6, 8)
+OBJECTIVES = ("sum", "last")
 
 
 def _check_real(name: str, value: Any, low: float, high: float, *, low_open=False,
@@ -169,6 +170,11 @@ class AutoGamma:
     prior: alpha assumed before anything is seen, in [0, 1].
     prior_weight: how many positions the prior counts for, > 0.
     decay: forgetting per iteration, in (0, 1].
+    objective: what the batch's choice optimizes (`choose`). "sum": the expected
+      tokens per unit of time summed over active rows (throughput, right when a
+      finished row's slot is refilled); "last": the expected time until the last
+      active row finishes (a static batch's wall time, which its slowest row sets).
+      Both are the same rule at batch 1.
   """
 
   gammas: tuple[int, ...]
@@ -176,6 +182,7 @@ class AutoGamma:
   prior: float = 0.6
   prior_weight: float = 4.0
   decay: float = 0.9
+  objective: str = "sum"
 
   def __post_init__(self):
     gammas = tuple(self.gammas)
@@ -194,6 +201,8 @@ class AutoGamma:
         "prior_weight", self.prior_weight, 0.0, math.inf, low_open=True, high_open=True))
     object.__setattr__(self, "decay", _check_real("decay", self.decay, 0.0, 1.0,
                                                   low_open=True))
+    if self.objective not in OBJECTIVES:
+      raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
 
   @classmethod
   def from_costs(cls, costs: StepCosts, gammas: Sequence[int] = DEFAULT_GAMMAS,
@@ -252,18 +261,38 @@ class Estimate:
         count=decay * self.count + jnp.sum(observed, axis=1, dtype=jnp.float32))
 
 
-def choose(rule: AutoGamma, alpha_hat: Array, active: Array) -> Array:
-  """int32 index into `rule.gammas` maximizing the batch's expected tokens per unit of
-  time, sum_b E(alpha_hat_b, gamma) / cost(gamma) over active rows (Theorem 3.8).
+def choose(rule: AutoGamma, alpha_hat: Array, active: Array,
+           remaining: Array | None = None) -> Array:
+  """int32 index into `rule.gammas` for this iteration (Theorem 3.8's rule).
 
-  Equation 1 for every gamma at once, (1 - alpha^(gamma+1)) / (1 - alpha) (gamma + 1
-  at alpha = 1): a few fused operations, cheap enough to run before every step."""
-  gammas = jnp.asarray(rule.gammas, jnp.float32)
+  E_b(gamma) = E(alpha_hat_b, gamma) = (1 - alpha^(gamma+1)) / (1 - alpha) (Eq. 1;
+  gamma + 1 at alpha = 1), the expected tokens of row b; with `remaining` (int[B],
+  tokens row b may still emit), E(alpha_hat_b, min(gamma, remaining_b - 1)): the
+  expected tokens that count, since a row stops at its limit (exact under Eq. 1's
+  model: capping the draft at remaining - 1 leaves min(tokens, remaining) unchanged).
+  Then, over active rows,
+
+    "sum":  argmax_gamma  sum_b E_b(gamma) / cost(gamma),
+    "last": argmin_gamma  cost(gamma) * max_b remaining_b / E_b(gamma)
+
+  (`rule.objective`; "last" needs `remaining`): the batch's tokens per unit of time,
+  or the expected time until its last row finishes if gamma were kept. A few fused
+  operations, cheap enough to run before every step."""
+  gammas = jnp.asarray(rule.gammas, jnp.float32)[None, :]
   alpha = jnp.clip(alpha_hat, 0.0, 1.0)[:, None]
+  if remaining is not None:
+    rest = jnp.maximum(jnp.asarray(remaining, jnp.float32), 1.0)[:, None]
+    gammas = jnp.minimum(gammas, rest - 1.0)
   one = alpha >= 1.0 - 1e-6
   e = jnp.where(one, gammas + 1.0,
                 (1.0 - alpha ** (gammas + 1.0)) / jnp.where(one, 1.0, 1.0 - alpha))
-  rates = jnp.sum(jnp.where(active[:, None], e, 0.0), axis=0) / jnp.asarray(rule.costs)
+  costs = jnp.asarray(rule.costs, jnp.float32)
+  if rule.objective == "last":
+    if remaining is None:
+      raise ValueError('objective "last" needs each row\'s remaining tokens')
+    times = costs * jnp.max(jnp.where(active[:, None], rest / e, 0.0), axis=0)
+    return jnp.argmin(times).astype(jnp.int32)
+  rates = jnp.sum(jnp.where(active[:, None], e, 0.0), axis=0) / costs
   return jnp.argmax(rates).astype(jnp.int32)
 
 
@@ -276,7 +305,8 @@ def never_drafts(rule: AutoGamma) -> bool:
   iteration picks gamma 0 again whatever rows are active, and the decode is plain
   target steps throughout: `speculative_sample` runs the baseline's loop for it."""
   with jax.ensure_compile_time_eval():
-    first = choose(rule, Estimate.zeros(1).alpha(rule), jnp.ones((1,), bool))
+    first = choose(rule, Estimate.zeros(1).alpha(rule), jnp.ones((1,), bool),
+                   jnp.full((1,), 1 << 20, jnp.int32))
     return rule.gammas[int(first)] == 0
 
 

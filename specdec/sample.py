@@ -222,8 +222,8 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
 
   def choice(s: _SpeculativeState) -> Array:
     _, r, t_keys = draws(s, big)
-    return _choose(rule, s.estimate.alpha(rule), ~s.done, jnp.max(s.stats.iterations),
-                   t_keys, r)
+    return _choose(rule, s.estimate.alpha(rule), ~s.done, max_new_tokens - s.num_generated,
+                   jnp.max(s.stats.iterations), t_keys, r)
 
   def plain_run(index: int, s: _SpeculativeState) -> _SpeculativeState:
     """gamma = 0: plain target steps for as long as the rule keeps choosing them, in a
@@ -250,13 +250,14 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
                       log_probs=log_probs)
 
 
-def _choose(rule: AutoGamma, alpha_hat: Array, active: Array, step: Array, keys: Array,
-            r) -> Array:
+def _choose(rule: AutoGamma, alpha_hat: Array, active: Array, remaining: Array,
+            step: Array, keys: Array, r) -> Array:
   """The index of this iteration's gamma in `rule.gammas`, from the past only
-  (`alpha_hat`); this iteration's `keys` and uniforms `r` are not read, which is what
-  keeps the law exact (`step`, the iterations run so far, is not needed either)."""
+  (`alpha_hat`, the tokens each row may still emit); this iteration's `keys` and
+  uniforms `r` are not read, which is what keeps the law exact (`step`, the
+  iterations run so far, is not needed either)."""
   del step, keys, r
-  return adaptive.choose(rule, alpha_hat, active)
+  return adaptive.choose(rule, alpha_hat, active, remaining)
 
 
 @flax.struct.dataclass

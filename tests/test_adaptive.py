@@ -4,6 +4,7 @@ Statistical tests use fixed seeds, so they are deterministic; each chi-square te
 rejects at p < 1e-3, a false-alarm rate of 0.1% under fresh randomness.
 """
 
+import dataclasses
 import json
 
 import jax
@@ -72,7 +73,7 @@ def test_negative_control_a_choice_that_reads_this_iterations_draws_is_detected(
   sampling = SamplingConfig(1.0)
   target_table, draft_table = varying_tables()
   dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, None)
-  peek = lambda rule, alpha, active, step, keys, r: jnp.where(  # noqa: E731
+  peek = lambda rule, alpha, active, remaining, step, keys, r: jnp.where(  # noqa: E731
       r[0, 0] < 0.5, len(rule.gammas) - 1, 0).astype(jnp.int32)
   monkeypatch.setattr(sample_lib, "_choose", peek)
   jax.clear_caches()
@@ -99,6 +100,28 @@ def test_a_batch_shares_one_gamma_and_keeps_the_law():
   assert int(out.stats.iterations.sum()) == int(out.stats.gamma_counts.sum())
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
+def test_the_last_row_objective_keeps_the_law():
+  """Batches of 3 whose shared gamma follows the slowest row ("last"): each row's
+  sequence still has Mp's law (row 0 of 20k independent batches)."""
+  sampling = SamplingConfig(1.0)
+  target_table, draft_table = varying_tables()
+  rule = dataclasses.replace(RULE, objective="last")
+  target, draft = bigram_model(target_table), bigram_model(draft_table)
+  inputs = jnp.ones((3, 1), jnp.int32)
+
+  def one(key):
+    return sample_lib._speculative_jit(target, draft, inputs, key, gamma=rule,  # pylint: disable=protected-access
+                                       max_new_tokens=NUM_NEW, sampling=sampling,
+                                       eos_id=None)
+
+  out = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(13), INSTANCES))
+  counts = np.asarray(out.stats.gamma_counts).sum(axis=(0, 1))
+  assert np.count_nonzero(counts) == 3, counts
+  dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, None)
+  assert chi_square_pvalue(np.asarray(out.tokens[:, 0]), dist) > CHI2_PVALUE
+
+
 # -------------------------------------------------------------- temperature 0: greedy Mp
 
 
@@ -109,7 +132,8 @@ def scripted(monkeypatch):
   """A past-only schedule that makes `pending` fill up and be fed (five gamma-0
   iterations in a row) and then speculates again."""
   pattern = jnp.asarray(PATTERN, jnp.int32)
-  monkeypatch.setattr(sample_lib, "_choose", lambda rule, alpha, active, step, keys, r:
+  monkeypatch.setattr(sample_lib, "_choose",
+                      lambda rule, alpha, active, remaining, step, keys, r:
                       pattern[step % len(PATTERN)])
   jax.clear_caches()
 
@@ -207,6 +231,41 @@ def test_the_batch_choice_maximizes_tokens_per_time_summed_over_active_rows():
   both = int(adaptive.choose(rule, alpha, jnp.ones((10,), bool)))
   only_good = int(adaptive.choose(rule, alpha, jnp.arange(10) < 2))
   assert rule.gammas[both] == 0 and rule.gammas[only_good] == 4
+
+
+def test_the_last_row_objective_follows_the_slowest_row():
+  rule = AutoGamma.from_c(0.1, gammas=(0, 1, 4), v=1.1, objective="last")
+  ones, rest = jnp.ones((2,), bool), jnp.full((2,), 32)
+  alpha = jnp.asarray([0.95, 0.3])
+  throughput = dataclasses.replace(rule, objective="sum")
+  # Summed tokens favour the fast row's gamma 4; the batch ends when the slow row does.
+  assert throughput.gammas[int(adaptive.choose(throughput, alpha, ones, rest))] == 4
+  index = int(adaptive.choose(rule, alpha, ones, rest))
+  times = [cost * 32 / float(theory.expected_tokens(0.3, g))
+           for g, cost in zip(rule.gammas, rule.costs)]
+  assert index == int(np.argmin(times)) and rule.gammas[index] != 4, (index, times)
+  # Once the slow row is done, the fast row alone sets the time.
+  assert rule.gammas[int(adaptive.choose(rule, alpha, jnp.asarray([True, False]),
+                                         rest))] == 4
+  # A row that needs more tokens weighs more.
+  assert rule.gammas[int(adaptive.choose(rule, alpha, ones, jnp.asarray([64, 2])))] == 4
+  with pytest.raises(ValueError, match="remaining"):
+    adaptive.choose(rule, alpha, ones)
+
+
+@pytest.mark.parametrize("objective", adaptive.OBJECTIVES)
+def test_tokens_past_a_rows_limit_do_not_count(objective):
+  rule = AutoGamma.from_c(0.05, v=1.0, objective=objective)
+  alpha, ones = jnp.full((1,), 0.99), jnp.ones((1,), bool)
+  assert rule.gammas[int(adaptive.choose(rule, alpha, ones, jnp.full((1,), 100)))] == 8
+  # Two tokens left: gamma 1 already yields them both; more drafting only costs.
+  assert rule.gammas[int(adaptive.choose(rule, alpha, ones, jnp.full((1,), 2)))] == 1
+  assert rule.gammas[int(adaptive.choose(rule, alpha, ones, jnp.full((1,), 1)))] == 0
+
+
+def test_an_unknown_objective_is_named():
+  with pytest.raises(ValueError, match="objective"):
+    AutoGamma.from_c(0.1, objective="fastest")
 
 
 def test_the_estimate_follows_a_change_and_returns_to_the_prior_without_data():

@@ -50,6 +50,9 @@ class Config:
                          "draft+lookup, the T5 pair's draft of the higher alpha.")
   calibrate: bool = cli.field(False, "Measure the step costs anew at each batch size "
                               "instead of reading the pair's costs.json.")
+  objective: str = cli.field("sum", "What AutoGamma's batch choice optimizes: 'sum' "
+                             "(tokens per unit of time over rows) or 'last' (the time "
+                             "until the batch's last row finishes).")
   repeats: int = cli.field(2, "Timed rounds per input (the minimum counts).")
   seed: int = cli.field(0, "Sampling seed.")
 
@@ -119,10 +122,31 @@ def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=
              predicted_speedup_model=model,
              measured_over_predicted_model=None if model is None else loop / model,
              costs=list(rule.costs), gammas=list(rule.gammas))
+  row.update(_bootstrap(timed, fixed_gammas))
   if per_prompt:
     row["per_prompt"] = [dict(best_fixed=b / f, adaptive=b / a) for b, f, a in zip(
         base_s, timed[f"gamma={best_g}"][0], timed["adaptive"][0])]
   return row
+
+
+def _bootstrap(timed, fixed_gammas, resamples: int = 2000, seed: int = 0
+               ) -> dict[str, list[float]]:
+  """5-95 % intervals of adaptive / baseline and adaptive / best fixed gamma over the
+  inputs (a percentile bootstrap: inputs drawn with replacement, each draw's best
+  fixed gamma chosen again, so the oracle's luck on these inputs is in the interval).
+  At temperature > 0 each decoder samples its own text, and what the draft accepts
+  varies with it: the interval shows how much of a ratio that leaves to chance."""
+  names = ["baseline", "adaptive"] + [f"gamma={g}" for g in fixed_gammas]
+  secs = np.asarray([timed[n][0] for n in names])                       # [D, I]
+  toks = np.asarray([[int(np.sum(o.lengths)) for o in timed[n][1]] for n in names])
+  rng = np.random.default_rng(seed)
+  draws = rng.integers(0, secs.shape[1], (resamples, secs.shape[1]))
+  ms = secs[:, draws].sum(-1) / np.maximum(toks[:, draws].sum(-1), 1)   # [D, R]
+  over_base = ms[0] / ms[1]
+  over_best = ms[2:].min(axis=0) / ms[1]
+  interval = lambda x: [float(np.percentile(x, 5)), float(np.percentile(x, 95))]  # noqa: E731
+  return dict(adaptive_speedup_interval=interval(over_base),
+              adaptive_over_best_fixed_interval=interval(over_best))
 
 
 def _prefill_seconds(target, draft, rule, inputs, max_new_tokens: int, repeats: int
@@ -159,6 +183,9 @@ def _rate(outputs, costs) -> float:
 def run(config: Config) -> dict[str, Any]:
   cli.check_positive(config, "num_prompts", "max_new_tokens", "repeats", "batches",
                      "fixed_gammas")
+  if config.objective not in adaptive.OBJECTIVES:
+    raise ValueError(f"objective must be one of {adaptive.OBJECTIVES}, got "
+                     f"{config.objective!r}")
   pairs = PAIRS if config.pair == "all" else (config.pair,)
   rows = []
   for pair in pairs:
@@ -177,8 +204,8 @@ def run(config: Config) -> dict[str, Any]:
                                      max_length=config.max_new_tokens + 16,
                                      sampling=sampling)
         prior = measured_alpha(pair, name, temperature)
-        rule = adaptive.AutoGamma.from_costs(costs, **({} if prior is None else
-                                                       dict(prior=prior)))
+        rule = adaptive.AutoGamma.from_costs(costs, objective=config.objective,
+                                             **({} if prior is None else dict(prior=prior)))
         decoders = {"baseline": measure.autoregressive_decoder(
             target, config.max_new_tokens, sampling, w.eos_id)}
         for g in config.fixed_gammas:
@@ -201,6 +228,12 @@ def run(config: Config) -> dict[str, Any]:
               rows=rows)
 
 
+def _with_interval(row, key) -> str:
+  lo_hi = row.get(f"{key}_interval")
+  text = f"{row[key]:.2f}x"
+  return text if lo_hi is None else f"{text} ({lo_hi[0]:.2f}-{lo_hi[1]:.2f})"
+
+
 def render(result: dict[str, Any]) -> str:
   header = ["pair", "T", "batch", "baseline tok/s", "best fixed", "tok/s", "adaptive tok/s",
             "adaptive / baseline", "adaptive / best fixed", "gammas chosen",
@@ -211,11 +244,14 @@ def render(result: dict[str, Any]) -> str:
     lines.append([r["pair"], f"{r['temperature']:g}", str(r["batch"]),
                   f"{r['baseline_tok_s']:.1f}", f"gamma {r['best_fixed_gamma']}",
                   f"{r['best_fixed_tok_s']:.1f}", f"{r['adaptive_tok_s']:.1f}",
-                  f"{r['adaptive_speedup']:.2f}x", f"{r['adaptive_over_best_fixed']:.2f}x",
+                  _with_interval(r, "adaptive_speedup"),
+                  _with_interval(r, "adaptive_over_best_fixed"),
                   hist, f"{r['measured_over_predicted']:.2f}",
                   "-" if r.get("measured_over_predicted_model") is None
                   else f"{r['measured_over_predicted_model']:.2f}"])
   text = report.markdown_table(header, lines)
+  text += ("\n\nIn brackets: 5-95 % bootstrap intervals over the inputs (the best fixed "
+           "gamma chosen again in each draw).")
   for r in result["rows"]:
     if "per_prompt" in r:
       pp = ", ".join(f"{p['best_fixed']:.2f}/{p['adaptive']:.2f}" for p in r["per_prompt"])
