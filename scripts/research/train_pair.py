@@ -526,6 +526,10 @@ def define_flags() -> None:
                             "name=value.")
   flags.DEFINE_multi_string("init_from", [],
                             "A train_state.msgpack to start from, as name=path.")
+  flags.DEFINE_multi_string("dropout", [],
+                            "Per model, e.g. target=0.0: dropout rate (default: the "
+                            "preset's). Zero where training and validation losses agree "
+                            "(underfitting).")
   flags.DEFINE_multi_string("ema_decay", ["draft=0.0", "target=0.999"],
                             "Exported weights are this exponential moving average of "
                             "the trained ones (0: the last weights), as name=value.")
@@ -556,7 +560,7 @@ def main(argv):
   per_model = {key: dict(e.split("=") for e in getattr(FLAGS, key) if "=" in e)
                for key in ("epochs", "learning_rate", "warmup_steps", "label_smoothing",
                            "ema_decay", "optimizer", "init_from", "embedding_std",
-                           "output_vocab", "full_vocab_every")}
+                           "output_vocab", "full_vocab_every", "dropout")}
   unknown = [n for n in FLAGS.which if n not in PRESETS]
   if unknown:
     raise ValueError(f"--which: unknown models {unknown}; choose from {sorted(PRESETS)}")
@@ -581,7 +585,10 @@ def main(argv):
       examples = distilled_examples(train, teacher, 48,
                                     os.path.join(FLAGS.out_dir, "teacher_outputs.npz"),
                                     progress=True)
-    results[name] = (cfg, train_model(name, PRESETS[name], examples, val, cfg,
+    model_cfg = PRESETS[name]
+    if name in per_model["dropout"]:
+      model_cfg = dataclasses.replace(model_cfg, dropout_rate=float(per_model["dropout"][name]))
+    results[name] = (cfg, train_model(name, model_cfg, examples, val, cfg,
                                       os.path.join(FLAGS.out_dir, name)))
   summary_path = os.path.join(FLAGS.out_dir, "summary.json")
   summary = {}
