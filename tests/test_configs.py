@@ -224,5 +224,7 @@ def test_t5x_files_build_their_model(path, monkeypatch):
     assert pathlib.Path(_macro('CHECKPOINT_PATH')) == pathlib.Path(
         specdec_t5x.shipped_checkpoint('multi30k_ende', 'target'))
     assert gin.query_parameter('utils.RestoreCheckpointConfig.dtype') == 'float32'
-    assert model.module.config.emb_dim == 128
-    assert model.draft_module.config.emb_dim == 32
+    info = pretrained.pair_info('multi30k_ende')
+    assert model.module.config.emb_dim == info['target']['config']['emb_dim'] == 256
+    assert model.draft_module.config.emb_dim == info['draft_distilled']['config'][
+        'emb_dim'] == 32

@@ -60,6 +60,27 @@ def define_flags() -> None:
   flags.DEFINE_integer("alpha_sentences", 512, "Sentences for alpha.")
   flags.DEFINE_integer("repeats", 3, "Timed rounds per sweep decode (min).")
   flags.DEFINE_bool("sweep", True, "Run the timed batch-1 gamma sweep.")
+  flags.DEFINE_string("expected_json", "tests/data/multi30k_ende_expected.json",
+                      "Where to record the target's greedy translations of the first "
+                      "test_2016 sentences, which the tests compare against ('' for "
+                      "none).")
+
+
+def write_expected(path: str, target, vocab, sentences: list[str]) -> None:
+  """The target's greedy translations of `sentences`, decoded as the tests decode
+  them (one batch, inputs padded to 48, 48 new tokens), into `path`."""
+  inputs = jnp.asarray(np.stack([vocab.encode_padded(data.TRANSLATE_PREFIX + s, 48)
+                                 for s in sentences]))
+  out = autoregressive_sample(target, inputs, jax.random.key(0), max_new_tokens=48,
+                              sampling=GREEDY, eos_id=data.EOS_ID)
+  record = dict(note="Greedy translations of the shipped multi30k_ende target "
+                     "(max_new_tokens 48, input length 48), recorded when the pair was "
+                     "shipped (scripts/research/evaluate_pair.py).",
+                sources=list(sentences),
+                translations=[vocab.decode(r.tolist()) for r in np.asarray(out.tokens)])
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(record, f, indent=2, ensure_ascii=False)
+    f.write("\n")
 
 
 def load_dataset(pair: str, name: str, limit: int = 0) -> list[tuple[str, str]]:
@@ -209,6 +230,9 @@ def main(argv):
       sweeps[name] = sweep(target, chosen, vocab, pairs[:FLAGS.sweep_sentences], input_len,
                            max_new, [int(g) for g in FLAGS.gammas], FLAGS.repeats)
       metrics["best"][name] = best_rows(sweeps[name])
+  if FLAGS.expected_json:
+    write_expected(FLAGS.expected_json, target, vocab,
+                   [en for en, _ in pretrained.test_sentences(pair)[:4]])
   metrics["seconds"] = time.time() - start
   info_path = pretrained.pair_dir(pair) / "pair.json"
   info = pretrained.pair_info(pair)

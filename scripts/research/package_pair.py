@@ -38,6 +38,11 @@ def define_flags() -> None:
       "distilled_dir", "",
       "train_pair.py --which=draft --draft_data=distill --out_dir: shipped as "
       "'draft_distilled' beside the reference-trained 'draft' (empty: none).")
+  flags.DEFINE_multi_string(
+      "note", [],
+      "A sentence on a model's training that its run summary does not hold (e.g. the "
+      "earlier phases it started from), as name=text; it goes into pair.json and the "
+      "card.")
   flags.DEFINE_string("name", "multi30k_ende", "Name of the pair.")
   flags.DEFINE_string("weights_dir", "specdec/weights", "Where pairs live.")
 
@@ -71,6 +76,10 @@ def main(argv):
   if FLAGS.distilled_dir:
     with open(os.path.join(FLAGS.distilled_dir, "summary.json")) as f:
       entries.append(("draft_distilled", "draft", json.load(f)["draft"]))
+  notes = dict(entry.split("=", 1) for entry in FLAGS.note)
+  unknown = sorted(set(notes) - {which for which, _, _ in entries})
+  if unknown:
+    raise ValueError(f"--note: no model {unknown} is packaged by this run")
   for which, preset, run in entries:
     source = pathlib.Path(run["checkpoint"])
     dest = out / which / source.name
@@ -93,6 +102,8 @@ def main(argv):
           gflop_per_s=round(run["flops"] / max(run["seconds"], 1e-9) / 1e9, 1))
       if "val_loss_ema" in history[-1]:
         info[which]["training"]["final_val_loss"] = history[-1]["val_loss_ema"]
+    if which in notes:
+      info[which]["training"]["note"] = notes[which]
     if which == "draft_distilled":
       info[which]["training"]["teacher"] = (
           "the target's greedy outputs on Multi30k train (max 48 tokens), "

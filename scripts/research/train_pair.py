@@ -533,6 +533,10 @@ def define_flags() -> None:
   flags.DEFINE_multi_string("ema_decay", ["draft=0.0", "target=0.999"],
                             "Exported weights are this exponential moving average of "
                             "the trained ones (0: the last weights), as name=value.")
+  flags.DEFINE_integer("draft_width", 0,
+                       "The draft's width (0: the preset's 32), for a size study as the "
+                       "paper's Table 4: 2 heads of width / 2, MLP 4 x width, the "
+                       "preset's depth.")
   flags.DEFINE_integer("batch_size", 64, "Sentences per step.")
   flags.DEFINE_integer("training_seed", 0, "Seed for data order and initialisation.")
   flags.DEFINE_enum(
@@ -586,25 +590,29 @@ def main(argv):
                                     os.path.join(FLAGS.out_dir, "teacher_outputs.npz"),
                                     progress=True)
     model_cfg = PRESETS[name]
+    if name == "draft" and FLAGS.draft_width:
+      width = FLAGS.draft_width
+      model_cfg = dataclasses.replace(model_cfg, emb_dim=width, head_dim=width // 2,
+                                      mlp_dim=4 * width)
     if name in per_model["dropout"]:
       model_cfg = dataclasses.replace(model_cfg, dropout_rate=float(per_model["dropout"][name]))
     results[name] = (cfg, train_model(name, model_cfg, examples, val, cfg,
-                                      os.path.join(FLAGS.out_dir, name)))
+                                      os.path.join(FLAGS.out_dir, name)), model_cfg)
   summary_path = os.path.join(FLAGS.out_dir, "summary.json")
   summary = {}
   if os.path.exists(summary_path):  # Models trained by earlier runs into this directory.
     with open(summary_path) as f:
       summary = json.load(f)
-  for name, (cfg, result) in results.items():
-    path = export(result["params"], PRESETS[name],
+  for name, (cfg, result, model_cfg) in results.items():
+    path = export(result["params"], model_cfg,
                   os.path.join(FLAGS.out_dir, "export", name), result["steps"])
     summary[name] = dict(checkpoint=path, steps=result["steps"], seconds=result["seconds"],
                          flops=result["flops"], settings=dataclasses.asdict(cfg),
                          epochs=cfg.epochs, batch_size=cfg.batch_size,
                          data=(FLAGS.draft_data if name == "draft" else "references"),
-                         history=result["history"], params=t5.param_count(PRESETS[name]),
+                         history=result["history"], params=t5.param_count(model_cfg),
                          config={k: str(v) for k, v in
-                                 dataclasses.asdict(PRESETS[name]).items()})
+                                 dataclasses.asdict(model_cfg).items()})
     print(f"{name}: {result['steps']} steps in {result['seconds'] / 60:.1f} min, "
           f"final val loss {result['history'][-1]['val_loss']:.3f} -> {path}")
   benchmarking.write_json(summary_path, summary)
