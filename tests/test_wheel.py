@@ -107,7 +107,7 @@ def test_installed_wheel_resolves_its_configs_and_weights_in_any_directory(
   assert pathlib.Path(module).parent == package
   assert pathlib.Path(search_path) == package
   assert pathlib.Path(checkpoint).is_relative_to(package / 'weights')
-  assert last == 'specdec_multi30k_ende (128, 32128)'
+  assert last == 'specdec_multi30k_ende (256, 32128)'
   # What T5X users pass as --gin_search_paths.
   proc = _run([sys.executable, '-m', 'specdec.t5x'], cwd=tmp_path,
               PYTHONPATH=str(installed))
