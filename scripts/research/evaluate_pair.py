@@ -69,8 +69,7 @@ def define_flags() -> None:
 def write_expected(path: str, target, vocab, sentences: list[str]) -> None:
   """The target's greedy translations of `sentences`, decoded as the tests decode
   them (one batch, inputs padded to 48, 48 new tokens), into `path`."""
-  inputs = jnp.asarray(np.stack([vocab.encode_padded(data.TRANSLATE_PREFIX + s, 48)
-                                 for s in sentences]))
+  inputs = jnp.asarray(measure.encode_sources(vocab, sentences, 48))
   out = autoregressive_sample(target, inputs, jax.random.key(0), max_new_tokens=48,
                               sampling=GREEDY, eos_id=data.EOS_ID)
   record = dict(note="Greedy translations of the shipped multi30k_ende target "
