@@ -263,6 +263,40 @@ def test_tokens_past_a_rows_limit_do_not_count(objective):
   assert rule.gammas[int(adaptive.choose(rule, alpha, ones, jnp.full((1,), 1)))] == 0
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_pruning_to_the_envelope_never_lowers_a_rows_expected_rate(seed):
+  rng = np.random.default_rng(seed)
+  gammas = adaptive.DEFAULT_GAMMAS
+  c = rng.uniform(0.0, 0.4)
+  v = np.cumsum(rng.uniform(0.0, 0.3, len(gammas))) + 1.0  # increasing in gamma
+  costs = tuple(1.0 if g == 0 else g * c + float(v[i]) for i, g in enumerate(gammas))
+  full = AutoGamma(gammas=gammas, costs=costs)
+  kept = adaptive.useful_gammas(gammas, costs)
+  pruned = AutoGamma(gammas=kept, costs=tuple(costs[gammas.index(g)] for g in kept))
+
+  def rate(rule, alpha, index):
+    return float(theory.expected_tokens(alpha, rule.gammas[index])) / rule.costs[index]
+
+  ones = jnp.ones((1,), bool)
+  for alpha in np.linspace(0.0, 1.0, 401):
+    best = rate(full, alpha, int(adaptive.choose(full, jnp.full((1,), alpha), ones)))
+    got = rate(pruned, alpha, int(adaptive.choose(pruned, jnp.full((1,), alpha), ones)))
+    assert got >= best * (1 - 1e-5), (alpha, kept)
+
+
+def test_from_costs_prunes_gammas_no_alpha_chooses_unless_asked_not_to():
+  # The shipped Multi30k pair's measured iterations (draft_distilled, T=0, batch 1).
+  costs = adaptive.StepCosts(c=0.09, v=((2, 1.26), (3, 1.29), (5, 1.67), (9, 2.66)),
+                             iteration=((0, 1.115), (1, 1.556), (2, 2.192), (3, 2.376),
+                                        (4, 2.573), (6, 3.463), (8, 4.545)))
+  assert AutoGamma.from_costs(costs).gammas == (0, 1, 4, 6)
+  assert AutoGamma.from_costs(costs, prune=False).gammas == adaptive.DEFAULT_GAMMAS
+  # Corollary 3.9 with v = 1: speculation pays iff alpha > c, so at c = 1 never.
+  assert AutoGamma.from_c(1.0).gammas == (0,)
+  assert AutoGamma.from_c(0.0).gammas == (0, 8)  # drafting is free: the most, or none
+  assert AutoGamma.from_c(0.05).gammas == adaptive.DEFAULT_GAMMAS
+
+
 def test_an_unknown_objective_is_named():
   with pytest.raises(ValueError, match="objective"):
     AutoGamma.from_c(0.1, objective="fastest")

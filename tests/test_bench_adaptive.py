@@ -64,7 +64,10 @@ def test_auto_gamma_is_the_pairs_measured_costs_with_its_measured_alpha_as_prior
     for temperature in (0.0, 1.0):
       costs = pretrained.step_costs(pair, draft, batch=1, temperature=temperature)
       rule = pretrained.auto_gamma(pair, temperature, draft=draft)
-      assert rule.gammas == adaptive.DEFAULT_GAMMAS
+      # The default set, less the gammas no alpha would choose at these costs.
+      assert rule.gammas == adaptive.useful_gammas(
+          adaptive.DEFAULT_GAMMAS, [costs.cost(g) for g in adaptive.DEFAULT_GAMMAS])
+      assert set(rule.gammas) <= set(adaptive.DEFAULT_GAMMAS) and 0 in rule.gammas
       assert rule.costs == tuple(costs.cost(g) for g in rule.gammas)
       assert rule.prior == pretrained.measured_alpha(pair, draft, temperature)
       assert 0.0 < rule.prior < 1.0
