@@ -81,6 +81,9 @@ class TrainConfig:
   # shortlist's (a softmax over the shortlist alone is blind to a shift of all of them).
   full_vocab_every: int = 4
   init_from: str = ""  # a train_state.msgpack to start from (a second phase)
+  # Train in a parametrization where every matrix starts at the same scale, ~1/sqrt(fan
+  # in) (`multipliers`): AdamW's absolute steps then move each by the same fraction.
+  reparam: bool = False
   max_input_length: int = 48
   max_target_length: int = 48
   eval_every: int = 100
@@ -262,6 +265,34 @@ def _shortlist_logits(output_ids: jax.Array):
   return interceptor
 
 
+def multipliers(params, model_cfg: t5.T5Config):
+  """Per parameter, the constant that `TrainConfig.reparam` trains it divided by.
+
+  T5 puts two scales into its initialisation rather than its forward pass: token
+  embeddings at N(0, 1) (read unscaled), and query kernels at 1/sqrt(head_dim) of the
+  other kernels (attention logits unscaled). Relative-update optimizers (Adafactor)
+  keep those ratios; AdamW's steps of ~lr in every coordinate do not: the embeddings
+  barely move, while the query kernels soon lose their scale. Training params / m
+  with the forward pass reading them times m (m = sqrt(emb_dim) for the embedding,
+  1/sqrt(head_dim) for queries, 1 elsewhere) starts every matrix at ~1/sqrt(fan in),
+  as a standard Transformer does (embeddings N(0, 1/d) times sqrt(d), scaled dot
+  products); `effective` turns them back into T5's own parameters, so the checkpoint
+  and the model are unchanged."""
+  def m(path, _):
+    names = [getattr(k, "key", str(k)) for k in path]
+    if names[-2:] == ["token_embedder", "embedding"]:
+      return float(np.sqrt(model_cfg.emb_dim))
+    if len(names) >= 2 and names[-2] == "query":
+      return float(1.0 / np.sqrt(model_cfg.head_dim))
+    return 1.0
+  return jax.tree_util.tree_map_with_path(m, params)
+
+
+def effective(raw, mults):
+  """T5's parameters from the trained ones (`multipliers`)."""
+  return jax.tree.map(lambda p, m: p * m if m != 1.0 else p, raw, mults)
+
+
 def loss_fn(params, module, batch, dropout_rng, train: bool,
             label_smoothing: float = 0.0, output_ids: jax.Array | None = None):
   """Mean token cross-entropy over non-pad target positions.
@@ -378,6 +409,11 @@ def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
                                                       params["token_embedder"]))
   if cfg.init_from:
     params = warm_start(cfg.init_from, params)
+  mults = multipliers(params, model_cfg)
+  if cfg.reparam:  # Train params / m (see `multipliers`), T5's own values at start.
+    params = jax.tree.map(lambda p, m: p / m if m != 1.0 else p, params, mults)
+  else:
+    mults = jax.tree.map(lambda _: 1.0, mults)
   state = dict(step=0, params=params, opt_state=optimizer.init(params), history=[],
                seconds=0.0, flops=0.0)
   if cfg.ema_decay:
@@ -397,8 +433,9 @@ def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
     @jax.jit
     def train_step(params, opt_state, batch, step):
       rng = jax.random.fold_in(jax.random.key(cfg.seed + 1), step)
-      loss, grads = jax.value_and_grad(loss_fn)(params, module, batch, rng, True,
-                                                cfg.label_smoothing, ids)
+      loss, grads = jax.value_and_grad(
+          lambda raw: loss_fn(effective(raw, mults), module, batch, rng, True,
+                              cfg.label_smoothing, ids))(params)
       updates, opt_state = optimizer.update(grads, opt_state, params)
       return optax.apply_updates(params, updates), opt_state, loss
     return train_step
@@ -417,7 +454,7 @@ def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
 
   @jax.jit
   def eval_step(params, batch):
-    return loss_fn(params, module, batch, jax.random.key(0), False)
+    return loss_fn(effective(params, mults), module, batch, jax.random.key(0), False)
 
   val_batches = [make_batch(val_examples[i:i + cfg.batch_size])
                  for i in range(0, min(len(val_examples), cfg.eval_examples),
@@ -478,7 +515,8 @@ def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
       break
   if bar is not None:
     bar.close()
-  return dict(params=params if ema is None else ema, history=state["history"],
+  return dict(params=effective(params if ema is None else ema, mults),
+              history=state["history"],
               steps=state["step"], seconds=state["seconds"], flops=state["flops"],
               config=model_cfg)
 
@@ -513,6 +551,10 @@ def define_flags() -> None:
                             "trained to match a distribution, so none by default).")
   flags.DEFINE_multi_string("optimizer", ["draft=adamw", "target=adamw"],
                             "adamw or adafactor, per model, as name=value.")
+  flags.DEFINE_multi_string("reparam", [],
+                            "Train in the parametrization of `multipliers` (embeddings "
+                            "and queries rescaled; the exported model is unchanged), as "
+                            "name=true|false.")
   flags.DEFINE_multi_string("embedding_std", [],
                             "Initial scale of the token embeddings (T5: 1), as "
                             "name=value.")
@@ -564,6 +606,7 @@ def main(argv):
   per_model = {key: dict(e.split("=") for e in getattr(FLAGS, key) if "=" in e)
                for key in ("epochs", "learning_rate", "warmup_steps", "label_smoothing",
                            "ema_decay", "optimizer", "init_from", "embedding_std",
+                           "reparam",
                            "output_vocab", "full_vocab_every", "dropout")}
   unknown = [n for n in FLAGS.which if n not in PRESETS]
   if unknown:
@@ -581,6 +624,7 @@ def main(argv):
         optimizer=per_model["optimizer"].get(name, "adamw"),
         init_from=per_model["init_from"].get(name, ""),
         embedding_std=float(per_model["embedding_std"].get(name, 1.0)),
+        reparam=per_model["reparam"].get(name, "false").lower() in ("1", "true", "yes"),
         output_vocab=per_model["output_vocab"].get(name, "full"),
         full_vocab_every=int(per_model["full_vocab_every"].get(name, 4)))
     examples = train

@@ -129,3 +129,25 @@ def test_training_on_the_shortlist_lowers_the_full_vocabulary_validation_loss(tm
     train_pair.train_model("bad", CFG, _examples(64), _examples(16, seed=1),
                            _config(output_vocab="some"), str(tmp_path / "bad"),
                            progress=False)
+
+
+def test_the_reparametrization_trains_the_same_model_and_exports_t5s_own_values(tmp_path):
+  params = t5.init_params(CFG, jax.random.key(0))
+  mults = train_pair.multipliers(params, CFG)
+  flat = {jax.tree_util.keystr(k): m for k, m in jax.tree_util.tree_leaves_with_path(mults)}
+  assert flat["['token_embedder']['embedding']"] == pytest.approx(np.sqrt(CFG.emb_dim))
+  queries = [m for k, m in flat.items() if "['query']" in k]
+  assert queries and all(m == pytest.approx(CFG.head_dim ** -0.5) for m in queries)
+  assert sum(m != 1.0 for m in flat.values()) == 1 + len(queries)
+  raw = jax.tree.map(lambda p, m: p / m, params, mults)
+  for a, b in zip(jax.tree.leaves(train_pair.effective(raw, mults)), jax.tree.leaves(params)):
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+  # Trained in it, the exported model is a T5 whose loss is the one the run logged.
+  train, val = _examples(64), _examples(16, seed=1)
+  result = train_pair.train_model("r", CFG, train, val, _config(reparam=True),
+                                  str(tmp_path), progress=False)
+  loss = np.mean([train_pair.loss_fn(result["params"], t5.Transformer(CFG),
+                                     train_pair.make_batch(val[i:i + 8]),
+                                     jax.random.key(0), False) for i in (0, 8)])
+  assert float(loss) == pytest.approx(result["history"][-1]["val_loss"], rel=1e-4)
+  assert result["history"][-1]["val_loss"] < result["history"][0]["val_loss"] - 0.5
