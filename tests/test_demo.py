@@ -13,20 +13,28 @@ from specdec.bench import demo as bench_demo
 def test_the_demo_runs_on_two_sentences(tmp_path):
   result = demo.run("multi30k_ende", num_sentences=2, gamma=2, max_new_tokens=8,
                     input_length=48, repeats=1, seed=0, progress=False)
-  assert [r["temperature"] for r in result["rows"]] == [0.0, 1.0]
+  # Per temperature: the fixed gamma, then AutoGamma, timed beside one baseline.
+  assert [r["temperature"] for r in result["rows"]] == [0.0, 0.0, 1.0, 1.0]
   # Each temperature runs the shipped draft of the higher measured alpha.
   assert [r["draft"] for r in result["rows"]] == [
-      pretrained.best_draft("multi30k_ende", t) for t in (0.0, 1.0)]
-  assert all(r["gamma"] == 2 and r["costs"]["v"] > 0 for r in result["rows"])
+      pretrained.best_draft("multi30k_ende", t) for t in (0.0, 0.0, 1.0, 1.0)]
+  fixed, auto = result["rows"][0::2], result["rows"][1::2]
+  assert all(r["gamma"] == 2 and r["costs"]["v"] > 0 for r in fixed)
+  assert all(r["gamma"] == "auto" and sum(r["gamma_histogram"].values()) > 0
+             for r in auto)
   assert result["rows"][0]["identical_to_baseline"]
-  for row in result["rows"]:
+  assert result["rows"][1]["identical_to_baseline"]
+  assert result["rows"][0]["baseline_ms_per_token"] == result["rows"][1][
+      "baseline_ms_per_token"]
+  for row in fixed:
     assert 0.0 <= row["alpha"] <= 1.0
     assert 1.0 <= row["tokens_per_iteration"] <= 3.0
+  for row in result["rows"]:
     assert row["speedup"] > 0 and row["predicted_speedup"] > 0
     assert row["nonfinite_positions"] == 0
   assert len(result["examples"]) == 2
   table = demo.format_table(result)
-  assert "meas/pred" in table
+  assert "meas/pred" in table and "| auto " in table
   demo.save_plot(result, str(tmp_path / "plot.png"))
   assert (tmp_path / "plot.png").stat().st_size > 1000
   json.dumps(result)

@@ -95,7 +95,8 @@ def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=
   counts = np.sum([np.sum(np.asarray(o.stats.gamma_counts), axis=0) for o in auto_out], 0)
   # A rule that never drafts runs the baseline's loop: its iterations cost one step.
   plain = adaptive.never_drafts(rule)
-  predicted = 1.0 if plain else _rate(auto_out, rule.costs) / _rate(base_out, (1.0,))
+  predicted = (1.0 if plain else tokens_per_step(auto_out, rule.costs)
+               / tokens_per_step(base_out, (1.0,)))
   measured = ms["baseline"] / ms["adaptive"]
   # Theorem 3.8 predicts the decode loop: the prefills (the prompt through the target,
   # and through the draft too where the decode drafts) come off both decodes' times.
@@ -106,8 +107,8 @@ def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=
   # Theorem 3.8 with the model's costs alone, gamma c + v(gamma + 1): what the loop's
   # measured iterations add shows as the gap between the two predictions.
   model = (None if costs is None else 1.0 if plain else
-           _rate(auto_out, tuple(costs.model_cost(g) for g in rule.gammas))
-           / _rate(base_out, (1.0,)))
+           tokens_per_step(auto_out, tuple(costs.model_cost(g) for g in rule.gammas))
+           / tokens_per_step(base_out, (1.0,)))
   row = dict(pair=pair, temperature=temperature, batch=batch, tokens=tokens,
              baseline_ms=ms["baseline"], fixed_ms={str(g): v for g, v in fixed.items()},
              best_fixed_gamma=best_g, best_fixed_ms=fixed[best_g],
@@ -166,7 +167,7 @@ def _prefill_seconds(target, draft, rule, inputs, max_new_tokens: int, repeats: 
   return dict(baseline=base, adaptive=auto)
 
 
-def _rate(outputs, costs) -> float:
+def tokens_per_step(outputs, costs) -> float:
   """Tokens per target step of the decodes that made `outputs`: one call of the loop
   serves the whole batch, and the row that ran longest saw every call, so its
   per-gamma counts are the calls' (the baseline: one call costs one step)."""

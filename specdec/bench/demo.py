@@ -21,7 +21,9 @@ Multi30k English->German), translates bundled Multi30k
 test_2016 sentences at batch 1 with the autoregressive baseline and with speculative
 decoding, at temperatures 0 and 1 (each with the draft of the higher measured alpha
 and the gamma of the highest measured speed-up, from the model card, unless the flags
-say otherwise), and prints a table in the style of the paper's Table 2: draft, gamma,
+say otherwise; and, timed beside them, with `AutoGamma` on the pair's measured costs,
+which picks gamma per iteration and stops drafting where drafting does not pay), and
+prints a table in the style of the paper's Table 2: draft, gamma,
 measured alpha, tokens per iteration (measured and Equation 1), c and v, baseline and
 speculative ms/token, the measured speed-up, the predicted one (Theorem 3.8 refined
 with the measured c and v, see `specdec.benchmarking`) and measured / predicted; then
@@ -39,7 +41,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import lm_prompts, pretrained, theory
+from specdec import adaptive, lm_prompts, pretrained, theory
+from specdec.bench import adaptive as bench_adaptive
 from specdec.bench import cli, measure, report
 from specdec.data import EOS_ID, TRANSLATE_PREFIX
 from specdec.distributions import SamplingConfig
@@ -63,6 +66,9 @@ class Config:
   draft: str = cli.field("best", "T5 pair: a shipped draft ('draft', "
                          "'draft_distilled'), or 'best': per temperature the one of "
                          "the higher measured alpha (model card).")
+  auto: bool = cli.field(True, "T5 pair: a second row per temperature decodes with "
+                        "AutoGamma on the pair's measured costs, timed beside the "
+                        "fixed gamma.")
   max_new_tokens: int = cli.field(40, "Tokens generated at most (T5 pair).")
   input_length: int = cli.field(48, "Encoder length (padded).")
   repeats: int = cli.field(3, "Timed rounds of each decode (T5 pair; the minimum "
@@ -99,11 +105,13 @@ def measured_best_gamma(pair: str, temperature: float, draft: str = "draft") -> 
 
 def run_t5(pair: str, num_sentences: int, gamma: int | None, max_new_tokens: int,
         input_length: int, repeats: int, seed: int, progress: bool = True,
-        draft: str = "best") -> dict:
+        draft: str = "best", auto: bool = True) -> dict:
   """Baseline and speculative decoding at temperatures 0 and 1; see the module doc.
 
   `gamma` None and `draft` 'best' take, per temperature, the measured best gamma and
-  the draft of the higher measured alpha from the pair's model card.
+  the draft of the higher measured alpha from the pair's model card. With `auto`, a
+  second row per temperature decodes with the pair's `AutoGamma` (its measured costs,
+  `pretrained.auto_gamma`), timed beside the fixed gamma and the baseline.
   """
   target, _, vocab = pretrained.load_pair(pair)
   sentences = pretrained.test_sentences(pair)[:num_sentences]
@@ -121,14 +129,18 @@ def run_t5(pair: str, num_sentences: int, gamma: int | None, max_new_tokens: int
       drafts[draft_name] = pretrained.load_model(pair, draft_name)
     draft_model = drafts[draft_name]
     g = measured_best_gamma(pair, temperature) if gamma is None else gamma
-    row, _, spec_out = _decode_row(target, draft_model, draft_name, inputs, g,
-                                   temperature, max_new_tokens, EOS_ID, key, repeats)
+    specs = [(draft_name, draft_model, g)]
+    if auto:  # AutoGamma on the pair's measured costs, beside the fixed gamma.
+      specs.append((draft_name, draft_model,
+                    pretrained.auto_gamma(pair, temperature, 1, draft_name)))
+    new_rows, _, spec_outs = _decode_rows(target, specs, inputs, temperature,
+                                          max_new_tokens, EOS_ID, key, repeats)
     bar and bar.update(2)
     if temperature == 0.0:
       examples = [dict(source=en, reference=de,
                        speculative=vocab.decode(np.asarray(o.tokens[0]).tolist()))
-                  for (en, de), o in zip(sentences[:3], spec_out[:3])]
-    rows.append(row)
+                  for (en, de), o in zip(sentences[:3], spec_outs[0][:3])]
+    rows += new_rows
   if bar is not None:
     bar.close()
   return dict(pair=pair, num_sentences=len(sentences), max_new_tokens=max_new_tokens,
@@ -144,17 +156,6 @@ def lm_inputs(tokenizer, prompts: list[str], pad_id: int) -> list[jax.Array]:
                                        add_generation_prompt=True) for p in prompts]
   buckets = measure.bucket_lengths(max(len(i) for i in ids), smallest=32)
   return [jnp.asarray(measure.pad_to_bucket(i, buckets, pad_id)) for i in ids]
-
-
-def _decode_row(target, draft, draft_name: str, inputs: list[jax.Array], gamma: int,
-                temperature: float, max_new_tokens: int, eos_id: int, key: jax.Array,
-                repeats: int) -> tuple[dict, list, list]:
-  """One Table-2-style row: c and v measured on the first input, baseline and
-  speculative decodes of every input timed side by side."""
-  rows, base_out, spec_outs = _decode_rows(target, [(draft_name, draft, gamma)], inputs,
-                                           temperature, max_new_tokens, eos_id, key,
-                                           repeats)
-  return rows[0], base_out, spec_outs[0]
 
 
 def _decode_rows(target, drafts: list[tuple[str, object, int]], inputs: list[jax.Array],
@@ -174,6 +175,12 @@ def _decode_rows(target, drafts: list[tuple[str, object, int]], inputs: list[jax
   base_s, base_out = timed["baseline"]
   rows, spec_outs = [], []
   for i, (draft_name, draft, gamma) in enumerate(drafts):
+    if isinstance(gamma, adaptive.AutoGamma):
+      row, spec_out = _auto_row(gamma, draft_name, temperature, base_s, base_out,
+                                *timed[f"speculative_{i}"])
+      rows.append(row)
+      spec_outs.append(spec_out)
+      continue
     costs = measure.step_costs(target, draft, inputs[0], gamma,
                                     max_new_tokens + gamma + 1)
     row, spec_out = _row(costs, draft_name, gamma, temperature, base_s, base_out,
@@ -198,6 +205,31 @@ def _row(costs: dict, draft_name: str, gamma: int, temperature: float, base_s: f
              costs=costs)
   row["measured_over_predicted"] = row["speedup"] / predicted
   # Positions whose logits were NaN / +inf / all -inf (a broken model), both decodes.
+  row["nonfinite_positions"] = int(sum(
+      int(np.sum(o.stats.nonfinite)) for o in list(base_out) + list(spec_out)))
+  if temperature == 0.0:
+    row["identical_to_baseline"] = all(
+        bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out))
+  return row, spec_out
+
+
+def _auto_row(rule, draft_name: str, temperature: float, base_s: float, base_out: list,
+              spec_s: float, spec_out: list) -> tuple[dict, list]:
+  """The AutoGamma row: gamma "auto" with the gammas it chose; predicted = Theorem 3.8
+  with the chosen gammas and the rule's costs (`bench.adaptive`'s prediction)."""
+  stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
+  counts = np.sum(np.asarray(stats.gamma_counts), axis=0)
+  predicted = (1.0 if adaptive.never_drafts(rule) else
+               bench_adaptive.tokens_per_step(spec_out, rule.costs)
+               / bench_adaptive.tokens_per_step(base_out, (1.0,)))
+  row = dict(temperature=temperature, draft=draft_name, gamma="auto",
+             gamma_histogram={str(g): int(n) for g, n in zip(rule.gammas, counts)},
+             alpha=measure.pooled_alpha(stats) if np.sum(stats.drafted) else None,
+             tokens_per_iteration=measure.pooled_tokens_per_iteration(stats),
+             eq1_tokens_per_iteration=None,
+             baseline_ms_per_token=base_s * 1e3, speculative_ms_per_token=spec_s * 1e3,
+             speedup=base_s / spec_s, predicted_speedup=predicted, costs=None)
+  row["measured_over_predicted"] = row["speedup"] / predicted
   row["nonfinite_positions"] = int(sum(
       int(np.sum(o.stats.nonfinite)) for o in list(base_out) + list(spec_out)))
   if temperature == 0.0:
@@ -261,11 +293,18 @@ def _text(tok, output) -> str:
 def format_table(result: dict) -> str:
   rows = []
   for r in result["rows"]:
-    c = r["costs"]
+    c = r["costs"] or {}
+    gamma = r["gamma"]
+    if gamma == "auto":  # The gammas AutoGamma chose, and how often.
+      gamma = "auto " + " ".join(f"{g}:{n}" for g, n in r["gamma_histogram"].items() if n)
     rows.append([
-        report.temp_key(r["temperature"]), r["draft"], r["gamma"], f"{r['alpha']:.2f}",
-        f"{r['tokens_per_iteration']:.2f}", f"{r['eq1_tokens_per_iteration']:.2f}",
-        f"{c['c']:.3f}", f"{c['v']:.2f}", f"{r['baseline_ms_per_token']:.2f}",
+        report.temp_key(r["temperature"]), r["draft"], gamma,
+        "-" if r["alpha"] is None else f"{r['alpha']:.2f}",
+        f"{r['tokens_per_iteration']:.2f}",
+        "-" if r["eq1_tokens_per_iteration"] is None
+        else f"{r['eq1_tokens_per_iteration']:.2f}",
+        f"{c['c']:.3f}" if c else "-", f"{c['v']:.2f}" if c else "-",
+        f"{r['baseline_ms_per_token']:.2f}",
         f"{r['speculative_ms_per_token']:.2f}", f"{r['speedup']:.2f}x",
         f"{r['predicted_speedup']:.2f}x", f"{r['measured_over_predicted']:.2f}"])
   table = report.markdown_table(
@@ -273,7 +312,9 @@ def format_table(result: dict) -> str:
        "spec ms/tok", "speed-up", "predicted", "meas/pred"], rows)
   return (table + "\n\nc = t_q / t_p1, v = t_p(gamma+1) / t_p1, each step timed "
           "inside a compiled loop in this run; predicted = E[tokens] / (gamma c + v) "
-          "(Theorem 3.8 with the measured v; the paper's premise is v = 1)")
+          "(Theorem 3.8 with the measured v; the paper's premise is v = 1); \"auto\": "
+          "AutoGamma (gamma:iterations chosen), predicted with its measured iteration "
+          "costs")
 
 
 def save_plot(result: dict, path: str) -> None:
@@ -283,6 +324,8 @@ def save_plot(result: dict, path: str) -> None:
   gammas = np.arange(1, 9)
   fig, ax = plt.subplots(figsize=(6, 4))
   for r in result["rows"]:
+    if r["gamma"] == "auto":
+      continue  # No single gamma to draw it at.
     c = r["costs"]
     curve = theory.walltime_improvement(r["alpha"], gammas, c["c"], v=c["v"])
     line, = ax.plot(gammas, curve, label=f"predicted, temp {r['temperature']:g}, "
@@ -348,7 +391,7 @@ def run(config: Config) -> dict:
     else:
       result = run_t5(pair, config.num_sentences, config.gamma, config.max_new_tokens,
                       config.input_length, config.repeats, config.seed,
-                      config.progress, config.draft)
+                      config.progress, config.draft, config.auto)
     results[pair] = result
     if config.plot:
       root, ext = os.path.splitext(config.plot)
