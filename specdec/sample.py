@@ -240,6 +240,12 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
     for i in range(len(rule.gammas)):
       s = jax.lax.while_loop(lambda s, i=i: jnp.any(~s.done) & (choice(s) == i),
                              functools.partial(iteration, i), s)
+      if rule.gammas[i] == 0 and hasattr(proposer, "catch_up"):
+        # Tokens owed by iterations without drafts, fed before the next draft step
+        # (`ModelProposer.catch_up`): a loop of zero or one pass, updated in place.
+        s = jax.lax.while_loop(
+            lambda s: jnp.any(proposer.owes(s.proposer_state)),
+            lambda s: s.replace(proposer_state=proposer.catch_up(s.proposer_state)), s)
     return s
 
   s = jax.lax.while_loop(cond_fn, body_fn, state)

@@ -341,15 +341,16 @@ def test_repeated_calls_compile_once():
 
 def test_the_decode_is_one_loop_with_one_inner_loop_per_gamma_and_no_switch():
   """One outer while; in it one while per gamma, each running its gamma's iterations
-  while the rule keeps choosing it; no lax.switch (a switch that carries the caches
-  copies them on every iteration)."""
+  while the rule keeps choosing it, and after gamma 0's the draft's catch-up (zero or
+  one pass); no lax.switch (a switch that carries the caches copies them on every
+  iteration)."""
   target_table, draft_table = varying_tables()
   fn = lambda rule: lambda i, k: specdec.speculative_sample(  # noqa: E731
       bigram_model(target_table), bigram_model(draft_table), i, k, gamma=rule,
       max_new_tokens=5, sampling=SamplingConfig(1.0)).tokens
   args = (jnp.ones((2, 1), jnp.int32), jax.random.key(0))
   with_zero = str(jax.make_jaxpr(fn(RULE))(*args))
-  assert with_zero.count("while[") == 1 + len(RULE.gammas)
+  assert with_zero.count("while[") == 1 + len(RULE.gammas) + 1
   without = AutoGamma(gammas=(1, 3), costs=(1.6, 2.8))
   assert str(jax.make_jaxpr(fn(without))(*args)).count("while[") == 1 + 2
   assert str(jax.make_jaxpr(fn(3))(*args)).count("while[") == 1

@@ -99,3 +99,36 @@ def test_a_users_own_proposer_plugs_in_and_keeps_the_law():
 def test_anything_else_as_a_draft_is_refused_by_name():
   with pytest.raises(TypeError, match="draft"):
     drafts.as_proposer("a draft")
+
+
+@pytest.mark.parametrize("owed", [[9], [9, 4], [9, 4, 11], [9, 4, 11, 8, 2]])
+def test_after_iterations_without_drafts_the_draft_sees_every_token_it_can(owed):
+  """Gamma-0 iterations leave tokens owed to a model draft; the loop's `catch_up`
+  feeds them (all but the last) in one call, and the next draft step's q is the
+  draft's own on the whole context: the prompt and every owed token, as far back as
+  the window of 4 keeps (older ones are dropped, which changes q, never the law)."""
+  draft = tiny_llama(1, num_layers=1)
+  proposer = drafts.as_proposer(draft)
+  prompt = jnp.asarray([[5, 6, 7]], jnp.int32)
+  sampling, one = SamplingConfig(1.0), jnp.ones((1,), bool)
+  state = proposer.start(prompt, 32, 3, True, None)
+  for t in owed:
+    state = proposer.propose(state, jnp.zeros((1, 0, 2), jnp.uint32), sampling, 0)[3]
+    state = proposer.commit(state, jnp.asarray([[t]], jnp.int32),
+                            jnp.zeros((1,), jnp.int32), 0, None, one)
+  assert bool(proposer.owes(state)[0]) == (len(owed) >= 2)
+  state = proposer.catch_up(state)
+  assert not bool(proposer.owes(state)[0])
+  keys = jax.random.split(jax.random.key(0), 2)[None]
+  x, q, bad, _ = proposer.propose(state, keys, sampling, 2)
+  assert int(bad[0]) == 0
+  dropped = max(0, len(owed) - 3)  # the window holds the prompt's last token + 3
+  if dropped:
+    return  # Tokens fell out of the window: q is the draft's on a shorter context.
+  context = jnp.concatenate([prompt, jnp.asarray([owed], jnp.int32)], axis=1)
+  for j in range(2):
+    ref_state = draft.init(context, 8)
+    logits, _ = draft.extend(ref_state, context[:, -1:])
+    expected, _ = specdec.distributions.probabilities_checked(logits[:, 0], sampling)
+    np.testing.assert_allclose(q[0, j], expected[0], atol=2e-6)
+    context = jnp.concatenate([context, x[:, j:j + 1]], axis=1)
