@@ -174,7 +174,8 @@ def step_costs(name: str, draft: str = "draft", batch: int = 1, temperature: flo
 def auto_gamma(name: str, temperature: float, batch: int = 1, draft: str = "draft",
                gammas: tuple[int, ...] = adaptive.DEFAULT_GAMMAS) -> adaptive.AutoGamma:
   """The shipped pair's `AutoGamma`: its measured costs at this batch size and
-  temperature (`step_costs`) and the draft's measured alpha at this temperature as the prior.
+  temperature (`step_costs`) and the draft's measured alpha at this temperature as the prior;
+  `gammas` less those no alpha would choose at these costs (`AutoGamma.from_costs`).
 
   The costs were measured on a 2-core CPU: on other hardware measure your own
   (`adaptive.calibrate`) or give them by hand (`AutoGamma.from_c`).
