@@ -203,14 +203,7 @@ def _row(costs: dict, draft_name: str, gamma: int, temperature: float, base_s: f
              predicted_speedup_paper=measure.predicted_speedup(alpha, gamma,
                                                                     costs["c"]),
              costs=costs)
-  row["measured_over_predicted"] = row["speedup"] / predicted
-  # Positions whose logits were NaN / +inf / all -inf (a broken model), both decodes.
-  row["nonfinite_positions"] = int(sum(
-      int(np.sum(o.stats.nonfinite)) for o in list(base_out) + list(spec_out)))
-  if temperature == 0.0:
-    row["identical_to_baseline"] = all(
-        bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out))
-  return row, spec_out
+  return _checked(row, predicted, base_out, spec_out), spec_out
 
 
 def _auto_row(rule, draft_name: str, temperature: float, base_s: float, base_out: list,
@@ -229,13 +222,20 @@ def _auto_row(rule, draft_name: str, temperature: float, base_s: float, base_out
              eq1_tokens_per_iteration=None,
              baseline_ms_per_token=base_s * 1e3, speculative_ms_per_token=spec_s * 1e3,
              speedup=base_s / spec_s, predicted_speedup=predicted, costs=None)
+  return _checked(row, predicted, base_out, spec_out), spec_out
+
+
+def _checked(row: dict, predicted: float, base_out: list, spec_out: list) -> dict:
+  """The row with measured / predicted, the positions whose logits were NaN / +inf /
+  all -inf in either decode (a broken model), and at temperature 0 whether the
+  outputs equal the baseline's."""
   row["measured_over_predicted"] = row["speedup"] / predicted
   row["nonfinite_positions"] = int(sum(
       int(np.sum(o.stats.nonfinite)) for o in list(base_out) + list(spec_out)))
-  if temperature == 0.0:
+  if row["temperature"] == 0.0:
     row["identical_to_baseline"] = all(
         bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out))
-  return row, spec_out
+  return row
 
 
 def run_lm(pair: str, num_prompts: int, gamma: int | None, max_new_tokens: int,
