@@ -93,10 +93,7 @@ def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=
   best_g = min(fixed, key=fixed.get)
   auto_out = timed["adaptive"][1]
   counts = np.sum([np.sum(np.asarray(o.stats.gamma_counts), axis=0) for o in auto_out], 0)
-  # A rule that never drafts runs the baseline's loop: its iterations cost one step.
-  plain = adaptive.never_drafts(rule)
-  predicted = (1.0 if plain else tokens_per_step(auto_out, rule.costs)
-               / tokens_per_step(base_out, (1.0,)))
+  predicted = predicted_speedup(rule, auto_out, base_out)
   measured = ms["baseline"] / ms["adaptive"]
   # Theorem 3.8 predicts the decode loop: the prefills (the prompt through the target,
   # and through the draft too where the decode drafts) come off both decodes' times.
@@ -106,9 +103,8 @@ def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=
             / max(sum(timed["adaptive"][0]) - prefill["adaptive"], 1e-12))
   # Theorem 3.8 with the model's costs alone, gamma c + v(gamma + 1): what the loop's
   # measured iterations add shows as the gap between the two predictions.
-  model = (None if costs is None else 1.0 if plain else
-           tokens_per_step(auto_out, tuple(costs.model_cost(g) for g in rule.gammas))
-           / tokens_per_step(base_out, (1.0,)))
+  model = (None if costs is None else predicted_speedup(
+      rule, auto_out, base_out, tuple(costs.model_cost(g) for g in rule.gammas)))
   row = dict(pair=pair, temperature=temperature, batch=batch, tokens=tokens,
              baseline_ms=ms["baseline"], fixed_ms={str(g): v for g, v in fixed.items()},
              best_fixed_gamma=best_g, best_fixed_ms=fixed[best_g],
@@ -165,6 +161,17 @@ def _prefill_seconds(target, draft, rule, inputs, max_new_tokens: int, repeats: 
     auto += alone if plain else measure.min_seconds(
         lambda x=x: measure.prefill(target, draft, x, spec), repeats + 1)
   return dict(baseline=base, adaptive=auto)
+
+
+def predicted_speedup(rule: adaptive.AutoGamma, outputs, base_outputs,
+                      costs: tuple[float, ...] | None = None) -> float:
+  """Theorem 3.8 with the gammas the rule chose: the decodes' tokens per target step
+  at `costs` (default the rule's) over the baseline's; 1 for a rule that never drafts
+  (it runs the baseline's loop)."""
+  if adaptive.never_drafts(rule):
+    return 1.0
+  return (tokens_per_step(outputs, rule.costs if costs is None else costs)
+          / tokens_per_step(base_outputs, (1.0,)))
 
 
 def tokens_per_step(outputs, costs) -> float:

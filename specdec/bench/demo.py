@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -158,7 +158,7 @@ def lm_inputs(tokenizer, prompts: list[str], pad_id: int) -> list[jax.Array]:
   return [jnp.asarray(measure.pad_to_bucket(i, buckets, pad_id)) for i in ids]
 
 
-def _decode_rows(target, drafts: list[tuple[str, object, int]], inputs: list[jax.Array],
+def _decode_rows(target, drafts: list[tuple[str, object, Any]], inputs: list[jax.Array],
                  temperature: float, max_new_tokens: int, eos_id: int, key: jax.Array,
                  repeats: int) -> tuple[list[dict], list, list[list]]:
   """One Table-2-style row per (name, draft, gamma): c and v measured on the first
@@ -178,13 +178,11 @@ def _decode_rows(target, drafts: list[tuple[str, object, int]], inputs: list[jax
     if isinstance(gamma, adaptive.AutoGamma):
       row, spec_out = _auto_row(gamma, draft_name, temperature, base_s, base_out,
                                 *timed[f"speculative_{i}"])
-      rows.append(row)
-      spec_outs.append(spec_out)
-      continue
-    costs = measure.step_costs(target, draft, inputs[0], gamma,
-                                    max_new_tokens + gamma + 1)
-    row, spec_out = _row(costs, draft_name, gamma, temperature, base_s, base_out,
-                         *timed[f"speculative_{i}"])
+    else:
+      costs = measure.step_costs(target, draft, inputs[0], gamma,
+                                 max_new_tokens + gamma + 1)
+      row, spec_out = _row(costs, draft_name, gamma, temperature, base_s, base_out,
+                           *timed[f"speculative_{i}"])
     rows.append(row)
     spec_outs.append(spec_out)
   return rows, base_out, spec_outs
@@ -212,9 +210,7 @@ def _auto_row(rule, draft_name: str, temperature: float, base_s: float, base_out
   with the chosen gammas and the rule's costs (`bench.adaptive`'s prediction)."""
   stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
   counts = np.sum(np.asarray(stats.gamma_counts), axis=0)
-  predicted = (1.0 if adaptive.never_drafts(rule) else
-               bench_adaptive.tokens_per_step(spec_out, rule.costs)
-               / bench_adaptive.tokens_per_step(base_out, (1.0,)))
+  predicted = bench_adaptive.predicted_speedup(rule, spec_out, base_out)
   row = dict(temperature=temperature, draft=draft_name, gamma="auto",
              gamma_histogram={str(g): int(n) for g, n in zip(rule.gammas, counts)},
              alpha=measure.pooled_alpha(stats) if np.sum(stats.drafted) else None,
