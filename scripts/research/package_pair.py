@@ -83,8 +83,8 @@ def main(argv):
   for which, preset, run in entries:
     source = pathlib.Path(run["checkpoint"])
     dest = out / which / source.name
-    if dest.exists():
-      shutil.rmtree(dest)
+    for stale in (out / which).glob("checkpoint_*"):  # One checkpoint per model ships.
+      shutil.rmtree(stale)
     shutil.copytree(source, dest)
     history = run["history"]
     info[which] = dict(
