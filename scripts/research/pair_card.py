@@ -40,10 +40,9 @@ def model_card(info: dict) -> str:
       "`scripts/research/train_pair.py` on Multi30k English->German with T5's "
       f"SentencePiece vocabulary (32128 logits) and the prefix \"{info['prefix']}\". Stored in "
       "bfloat16 in the T5X checkpoint layout. `draft` learns the references; "
-      "`draft_distilled` learns what the target says, so it is accepted far more "
-      "often at temperature 0 and less at temperature 1, where the target's "
-      "distribution is broader than its greedy outputs "
-      "(`specdec.pretrained.best_draft` picks by the alphas below).", "",
+      "`draft_distilled` learns what the target says (its greedy outputs); which is "
+      "accepted more often at each temperature is measured below, and "
+      "`specdec.pretrained.best_draft` picks by those alphas.", "",
       "| | " + " | ".join(name for name, _ in models) + " |",
       "|---|" + "---|" * len(models),
       row("architecture", lambda e: size(e["config"])),
@@ -127,6 +126,8 @@ def _settings(entry: dict) -> str:
     return "not recorded"
   text = (f"{s.get('optimizer', 'adamw')}, peak lr {s['learning_rate']:g}, "
           f"warm-up {s['warmup_steps']}")
+  if s.get("reparam"):
+    text += ", embeddings and queries trained rescaled (`--reparam`)"
   if s.get("output_vocab") == "train":
     text += (f", loss over the training targets' tokens (every "
              f"{s.get('full_vocab_every', 4)}th step the full vocabulary)")
