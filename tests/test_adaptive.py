@@ -470,3 +470,21 @@ def test_calibrate_measures_c_v_and_the_loops_iterations_for_every_gamma():
 def test_bad_rules_raise_naming_the_argument(kwargs, name):
   with pytest.raises(ValueError, match=name):
     AutoGamma(**kwargs)
+
+
+def test_a_rule_whose_best_rate_loses_to_the_baseline_program_runs_the_baseline():
+  """The loop's gamma-0 iteration costs more than a baseline step (1.2 here, as
+  measured on the Multi30k pair), so `choose` may prefer gamma 1 (1.63 / 1.67 = 0.98
+  tokens per step against 1 / 1.2) while the baseline's program makes 1: Theorem 3.8
+  at the prior says drafting loses, and the decode runs the baseline (case b)."""
+  costs = (1.2, 1.67, 2.42)
+  losing = adaptive.AutoGamma(gammas=(0, 1, 3), costs=costs, prior=0.63)
+  with jax.ensure_compile_time_eval():
+    first = adaptive.choose(losing, jnp.full((1,), 0.63), jnp.ones((1,), bool))
+  assert losing.gammas[int(first)] > 0
+  assert adaptive.never_drafts(losing)
+  # A higher prior beats 1 token per step: the rule runs.
+  assert not adaptive.never_drafts(dataclasses.replace(losing, prior=0.8))
+  # Without gamma 0 in the set, the user asked for speculation: the rule runs.
+  assert not adaptive.never_drafts(adaptive.AutoGamma(gammas=(1, 3), costs=costs[1:],
+                                                      prior=0.63))
