@@ -4,13 +4,49 @@ t5x is not on PyPI, so the t5x-marked tests skip where it is not installed. CI i
 it and runs them with SPECDEC_REQUIRE_T5X=1, which turns any such skip into a failure:
 a t5x-marked test that did not run (t5x half-installed, an example network missing)
 must not pass CI as a skip.
+
+Every program XLA:CPU compiles keeps its machine code in its own memory mappings (about
+600 for one T5 speculative decode loop), and a process may hold at most
+vm.max_map_count of them (65530 by default): a worker that compiles a few hundred
+programs fails with "LLVM compilation error: Cannot allocate memory" and aborts. After
+a test that leaves a worker past half that limit, JAX's caches are cleared, which
+frees the mappings (the next test compiles what it needs again).
 """
 
+import gc
 import os
 
+import jax
 import pytest
 
 REQUIRE_T5X = 'SPECDEC_REQUIRE_T5X'
+_MAPS = '/proc/self/maps'
+
+
+def _mappings() -> int:
+  try:
+    with open(_MAPS, 'rb') as f:
+      return f.read().count(b'\n')
+  except OSError:  # Not Linux: no such limit to keep under.
+    return 0
+
+
+def _map_limit() -> int:
+  try:
+    with open('/proc/sys/vm/max_map_count', encoding='ascii') as f:
+      return int(f.read())
+  except (OSError, ValueError):
+    return 65530
+
+
+@pytest.fixture(autouse=True)
+def _release_compiled_programs():
+  """Clears JAX's caches after a test that leaves this process past half its
+  mapping limit (see the module docstring)."""
+  yield
+  if _mappings() > _map_limit() // 2:
+    jax.clear_caches()
+    gc.collect()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -453,8 +453,14 @@ def test_calibrate_measures_c_v_and_the_loops_iterations_for_every_gamma():
   assert costs.c > 0 and all(v > 0 for _, v in costs.v)
   assert [g for g, _ in costs.iteration] == [0, 1, 3]
   assert all(x > 0 for _, x in costs.iteration)
-  rule = AutoGamma.from_costs(costs, gammas=(0, 1, 3))
+  # Unpruned, the rule prices each gamma at its measured iteration; pruned, it keeps
+  # those measured prices for the gammas on Theorem 3.8's envelope (which ones depends
+  # on the timings, so only the subset is asserted).
+  rule = AutoGamma.from_costs(costs, gammas=(0, 1, 3), prune=False)
   assert rule.costs == tuple(x for _, x in costs.iteration)
+  pruned = AutoGamma.from_costs(costs, gammas=(0, 1, 3))
+  assert set(pruned.gammas) <= {0, 1, 3}
+  assert pruned.costs == tuple(dict(costs.iteration)[g] for g in pruned.gammas)
 
 
 @pytest.mark.parametrize("kwargs,name", [
