@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from specdec import demo, lm_prompts, pretrained
+from specdec import adaptive, demo, lm_prompts, pretrained
 from specdec.bench import demo as bench_demo
 
 
@@ -67,13 +67,28 @@ def test_the_decoder_only_part_runs_with_tiny_models(monkeypatch):
   monkeypatch.setattr(pretrained, "pair_info", lambda name: {
       "best_gamma": {"0": 3, "1": 2},
       "context_lookup": {"weight": 0.9, "best_gamma": {"0": 4, "1": 1}}})
+  rules = []
+
+  def auto_gamma(name, temperature, batch, draft):
+    rules.append((name, temperature, batch, draft))
+    return adaptive.AutoGamma.from_c(0.05, gammas=(0, 1, 2), prior=0.5)
+
+  monkeypatch.setattr(pretrained, "auto_gamma", auto_gamma)
   prompts = ["a short prompt", "another prompt", "third"]
   result = demo.run_lm("tiny_lm", num_prompts=2, gamma=None, max_new_tokens=6,
                        repeats=1, seed=0, progress=False, prompts=prompts)
-  # Per temperature one row per draft, each at its own gamma from the card.
-  assert [r["temperature"] for r in result["rows"]] == [0.0, 0.0, 1.0, 1.0]
-  assert [r["draft"] for r in result["rows"]] == ["draft+lookup", "draft"] * 2
-  assert [r["gamma"] for r in result["rows"]] == [4, 3, 1, 2]
+  # Per temperature one row per draft, each at its own gamma from the card, then
+  # AutoGamma with the first draft on the pair's costs at batch 1.
+  assert [r["temperature"] for r in result["rows"]] == [0.0] * 3 + [1.0] * 3
+  assert [r["draft"] for r in result["rows"]] == ["draft+lookup", "draft",
+                                                  "draft+lookup"] * 2
+  assert [r["gamma"] for r in result["rows"]] == [4, 3, "auto", 1, 2, "auto"]
+  assert rules == [("tiny_lm", 0.0, 1, "draft+lookup"), ("tiny_lm", 1.0, 1,
+                                                         "draft+lookup")]
+  assert sum(result["rows"][2]["gamma_histogram"].values()) > 0
+  without = demo.run_lm("tiny_lm", num_prompts=1, gamma=None, max_new_tokens=4,
+                        repeats=1, seed=0, progress=False, prompts=prompts, auto=False)
+  assert [r["gamma"] for r in without["rows"]] == [4, 3, 1, 2]
   assert result["num_prompts"] == 2 and result["packed_weights"]
   assert all(r["identical_to_baseline"] for r in result["rows"][:2])
   # The rows share one baseline, timed beside both drafts.
@@ -83,8 +98,9 @@ def test_the_decoder_only_part_runs_with_tiny_models(monkeypatch):
     demo.run_lm("tiny_lm", num_prompts=1, gamma=None, max_new_tokens=6, repeats=1,
                 seed=0, progress=False, drafts=("draft_full",))
   for row in result["rows"]:
-    assert 0.0 <= row["alpha"] <= 1.0
-    assert row["speedup"] > 0 and row["costs"]["v"] > 0
+    assert row["speedup"] > 0
+    if row["gamma"] != "auto":
+      assert 0.0 <= row["alpha"] <= 1.0 and row["costs"]["v"] > 0
   # Both prompts fit one pad bucket: one compiled decode per decoder and temperature.
   assert [e["prompt"] for e in result["examples"]] == ["a short prompt",
                                                        "another prompt"]
@@ -136,9 +152,12 @@ def test_the_demo_runs_the_shipped_decoder_only_pair():
   result = demo.run_lm("smollm2_135m_instruct", num_prompts=1, gamma=2,
                        max_new_tokens=6, repeats=1, seed=0, progress=False)
   assert result["packed_weights"] and result["num_prompts"] == 1
-  assert [r["draft"] for r in result["rows"]] == ["draft+lookup", "draft"] * 2
-  assert all(r["identical_to_baseline"] for r in result["rows"][:2])
+  assert [r["draft"] for r in result["rows"]] == ["draft+lookup", "draft",
+                                                  "draft+lookup"] * 2
+  assert [r["gamma"] for r in result["rows"]] == [2, 2, "auto"] * 2
+  assert all(r["identical_to_baseline"] for r in result["rows"][:3])
   for row in result["rows"]:
-    assert row["gamma"] == 2 and 0.0 <= row["alpha"] <= 1.0
     assert row["nonfinite_positions"] == 0
+    if row["gamma"] != "auto":
+      assert 0.0 <= row["alpha"] <= 1.0
   assert result["examples"][0]["prompt"] == lm_prompts.DEMO_PROMPTS[0]

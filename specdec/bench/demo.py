@@ -66,9 +66,9 @@ class Config:
   draft: str = cli.field("best", "T5 pair: a shipped draft ('draft', "
                          "'draft_distilled'), or 'best': per temperature the one of "
                          "the higher measured alpha (model card).")
-  auto: bool = cli.field(True, "T5 pair: a second row per temperature decodes with "
-                        "AutoGamma on the pair's measured costs, timed beside the "
-                        "fixed gamma.")
+  auto: bool = cli.field(True, "One more row per temperature decodes with AutoGamma "
+                        "on the pair's measured costs (decoder-only pair: with the "
+                        "first of lm_drafts), timed beside the fixed gammas.")
   max_new_tokens: int = cli.field(40, "Tokens generated at most (T5 pair).")
   input_length: int = cli.field(48, "Encoder length (padded).")
   repeats: int = cli.field(3, "Timed rounds of each decode (T5 pair; the minimum "
@@ -237,7 +237,7 @@ def _checked(row: dict, predicted: float, base_out: list, spec_out: list) -> dic
 def run_lm(pair: str, num_prompts: int, gamma: int | None, max_new_tokens: int,
            repeats: int, seed: int, progress: bool = True,
            drafts: tuple[str, ...] = ("draft+lookup", "draft"),
-           prompts: Sequence[str] = lm_prompts.DEMO_PROMPTS) -> dict:
+           prompts: Sequence[str] = lm_prompts.DEMO_PROMPTS, auto: bool = True) -> dict:
   """The decoder-only pair: baseline and speculative decoding of the first
   `num_prompts` of `prompts` (user messages; by default the demo's own, held out from
   the draft's distillation and tuning) at temperatures 0 and 1 (batch 1, float32,
@@ -246,7 +246,9 @@ def run_lm(pair: str, num_prompts: int, gamma: int | None, max_new_tokens: int,
 
   `drafts`: names of the shipped draft, each optionally with "+lookup"
   (`pretrained.load_pair`); one row each per temperature, all timed side by side
-  with one baseline.
+  with one baseline. With `auto`, one more row per temperature decodes with the
+  first draft and the pair's `AutoGamma` (its measured costs and prior,
+  `pretrained.auto_gamma`), timed beside them.
   """
   target, draft, tok = pretrained.load_pair(pair)
   models = {}
@@ -266,6 +268,10 @@ def run_lm(pair: str, num_prompts: int, gamma: int | None, max_new_tokens: int,
   for temperature in (0.0, 1.0):
     specs = [(name, model, measured_best_gamma(pair, temperature, name)
               if gamma is None else gamma) for name, model in models.items()]
+    if auto:  # AutoGamma beside the fixed gammas, with the first draft.
+      first = next(iter(models))
+      specs.append((first, models[first],
+                    pretrained.auto_gamma(pair, temperature, 1, first)))
     new_rows, _, spec_outs = _decode_rows(target, specs, inputs, temperature,
                                           max_new_tokens, tok.eos_id, key, repeats)
     rows += new_rows
@@ -383,7 +389,7 @@ def run(config: Config) -> dict:
     if pair in pretrained.LM_PAIRS:
       result = run_lm(pair, config.num_prompts, config.gamma, config.lm_max_new_tokens,
                       config.lm_repeats, config.seed, config.progress,
-                      tuple(config.lm_drafts))
+                      tuple(config.lm_drafts), auto=config.auto)
     else:
       result = run_t5(pair, config.num_sentences, config.gamma, config.max_new_tokens,
                       config.input_length, config.repeats, config.seed,
