@@ -11,8 +11,9 @@ explanations, a summary, a continuation -- what a 135M instruct model does well;
 from the text the draft was distilled or tuned on) at batch 1, temperatures 0 and 1.
 Two drafts (`--lm-drafts`) are timed side by side against one baseline: `draft+lookup` (the distilled draft mixed with a context n-gram proposal,
 `specdec.models.lookup`) and `draft` (the distilled draft alone), each with the gamma
-of the highest predicted speed-up in the model card; it prints one Table-2-style row
-per draft and temperature, as below, and two outputs. Packed weights
+of the highest predicted speed-up in the model card, and beside them the first draft
+with `AutoGamma` (`--auto`, the card's costs and prior); it prints one Table-2-style
+row per draft (and the AutoGamma row) and temperature, as below, and three outputs. Packed weights
 (`specdec.kernels`) make verifying gamma + 1 tokens cost about one target step on a
 CPU.
 
