@@ -39,12 +39,15 @@ def _map_limit() -> int:
     return 65530
 
 
+_CLEAR_ABOVE = _map_limit() // 2
+
+
 @pytest.fixture(autouse=True)
 def _release_compiled_programs():
   """Clears JAX's caches after a test that leaves this process past half its
   mapping limit (see the module docstring)."""
   yield
-  if _mappings() > _map_limit() // 2:
+  if _mappings() > _CLEAR_ABOVE:
     jax.clear_caches()
     gc.collect()
 

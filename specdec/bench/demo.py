@@ -13,9 +13,9 @@ Two drafts (`--lm-drafts`) are timed side by side against one baseline: `draft+l
 `specdec.models.lookup`) and `draft` (the distilled draft alone), each with the gamma
 of the highest predicted speed-up in the model card, and beside them the first draft
 with `AutoGamma` (`--auto`, the card's costs and prior); it prints one Table-2-style
-row per draft (and the AutoGamma row) and temperature, as below, and three outputs. Packed weights
-(`specdec.kernels`) make verifying gamma + 1 tokens cost about one target step on a
-CPU.
+row per draft (and the AutoGamma row) and temperature, as below, and three outputs.
+Packed weights (`specdec.kernels`) make verifying gamma + 1 tokens cost about one
+target step on a CPU.
 
 Then `multi30k_ende` (a T5 v1.1 target and two much smaller drafts, trained on
 Multi30k English->German), translates bundled Multi30k
