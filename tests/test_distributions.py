@@ -226,3 +226,17 @@ def test_checked_variants_equal_the_plain_functions_and_nonfinite(vocab):
       probs, bad = distributions.probabilities_checked(x, cfg)
       np.testing.assert_array_equal(probs, probabilities(x, cfg))
       np.testing.assert_array_equal(bad, distributions.nonfinite(x))
+
+
+@pytest.mark.parametrize("vocab", [7, 32128])
+def test_a_single_nan_logit_is_flagged_in_long_rows_too(vocab):
+  """XLA:CPU's vectorized max-reduce skips NaN over long rows (the max of 32,128 zeros
+  and one NaN reads 0.0), so `nonfinite` cannot rest on the max alone."""
+  x = np.zeros((3, vocab), np.float32)
+  x[0, vocab // 2] = np.nan
+  x[2, vocab - 1] = np.nan
+  want = [True, False, True]
+  for fn in (distributions.nonfinite, lambda x: distributions.greedy_tokens_checked(x)[1],
+             lambda x: distributions.probabilities_checked(x, SamplingConfig(1.0))[1]):
+    assert np.asarray(fn(jnp.asarray(x))).tolist() == want
+    assert np.asarray(jax.jit(fn)(x)).tolist() == want

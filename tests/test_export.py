@@ -38,7 +38,7 @@ MAX_NEW_TOKENS = 8
 # Custom calls XLA's own SPMD partitioner emits on every platform; nothing else may
 # appear in a program for an accelerator.
 XLA_CUSTOM_CALLS = frozenset({'Sharding', 'SPMDFullToShardShape', 'SPMDShardToFullShape'})
-KERNEL_TARGETS = frozenset(name for name, _ in cpu._TARGETS.values())  # pylint: disable=protected-access
+KERNEL_TARGETS = frozenset(name for name, _ in cpu.ALL_TARGETS)
 
 
 @functools.lru_cache(maxsize=None)

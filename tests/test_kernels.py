@@ -116,7 +116,7 @@ def test_bad_arguments_name_what_is_wrong():
 
 
 def test_a_failed_build_raises_with_the_compiler_output(tmp_path, monkeypatch):
-  monkeypatch.setattr(kernels, 'SOURCE', tmp_path / 'broken.cc')
+  monkeypatch.setattr(kernels, 'SOURCES', (tmp_path / 'broken.cc',))
   (tmp_path / 'broken.cc').write_text('this is not C++')
   with pytest.raises(RuntimeError, match='broken.cc'):
     kernels.build(tmp_path / 'out.so')
@@ -200,7 +200,7 @@ def test_pack_tree_chooses_bfloat16_only_where_it_is_exact():
 
 def _exported_text(fn, platform, *args):
   checks = [jax.export.DisabledSafetyCheck.custom_call(name)
-            for name, _ in kernels._TARGETS.values()]  # pylint: disable=protected-access
+            for name, _ in kernels.ALL_TARGETS]
   return jax.export.export(jax.jit(fn), platforms=[platform],
                            disabled_checks=checks)(*args).mlir_module()
 
@@ -242,3 +242,67 @@ def test_elsewhere_must_return_the_float32_product():
   with pytest.raises(ValueError, match='elsewhere'):
     jax.jit(lambda x: kernels.packed_matmul(x, packed, 40,
                                             lambda x: jnp.ones((2, 40), jnp.bfloat16)))(x)
+
+
+# ------------------------------------- the temperature-0 token and its validity flag
+
+_SPECIALS = np.array([np.nan, np.inf, -np.inf, 1e35, -1e35, 1e30, -1e30, 0.0, 3.0,
+                      -3e38, 3e38], np.float32)
+
+
+def _adversarial_logits(rows, vocab, seed):
+  """Small integers (many ties) with NaN, +-inf, values past +-1e30 sprinkled in, and
+  rows that are all specials, all -inf, all NaN."""
+  rng = np.random.default_rng(seed)
+  x = rng.integers(-3, 3, size=(rows, vocab)).astype(np.float32)
+  for r in range(rows):
+    n = rng.integers(0, vocab // 2 + 2)
+    x[r, rng.integers(0, vocab, n)] = rng.choice(_SPECIALS, n)
+  x[0] = rng.choice(_SPECIALS, vocab)
+  x[1] = -np.inf
+  x[2] = np.nan
+  x[3, :] = -1e35  # every value finite and below the -1e30 stand-in
+  x[3, rng.integers(0, vocab)] = -1e34
+  return x
+
+
+@pytest.mark.parametrize('vocab', [1, 2, 15, 16, 17, 33, 257, 1000, 32128, 49152])
+def test_greedy_kernel_equals_the_xla_version_on_every_kind_of_input(vocab):
+  """The kernel's tokens and flags are the portable XLA version's (the one lowered for
+  accelerators), row for row, on ties, NaN, infinities and values beyond +-1e30."""
+  from specdec import distributions
+  kernel = jax.jit(lambda x: kernels.greedy_checked(
+      x, distributions._greedy_tokens_checked_xla))  # pylint: disable=protected-access
+  xla = jax.jit(distributions._greedy_tokens_checked_xla)  # pylint: disable=protected-access
+  for seed in range(8):
+    x = _adversarial_logits(8, vocab, seed)
+    for shaped in (x, x.reshape(2, 4, vocab)):
+      got, want = kernel(shaped), xla(shaped)
+      np.testing.assert_array_equal(got[0], want[0])
+      np.testing.assert_array_equal(got[1], want[1])
+      np.testing.assert_array_equal(got[1], np.asarray(jax.jit(
+          distributions.nonfinite)(shaped)))
+
+
+def test_greedy_kernel_under_vmap_and_in_the_lowered_cpu_program():
+  from specdec import distributions
+  x = _adversarial_logits(6, 300, 0).reshape(3, 2, 300)
+  tokens, bad = jax.vmap(distributions.greedy_tokens_checked)(x)
+  want = jax.jit(distributions._greedy_tokens_checked_xla)(x)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(tokens, want[0])
+  np.testing.assert_array_equal(bad, want[1])
+  hlo = jax.jit(distributions.greedy_tokens_checked).lower(x).compile().as_text()
+  assert 'custom_call_target="specdec_greedy_checked"' in hlo
+  assert ' conditional(' not in hlo
+
+
+def test_greedy_kernel_is_chosen_per_lowering_platform():
+  """Lowered for a CPU: the kernel; for a TPU or a GPU: the XLA version, no custom call."""
+  from specdec import distributions
+  x = jnp.ones((3, 32128), jnp.float32)
+  assert kernels.use_greedy_kernel(x)
+  assert 'specdec_greedy_checked' in _exported_text(
+      distributions.greedy_tokens_checked, 'cpu', x)
+  for platform in ('tpu', 'cuda'):
+    text = _exported_text(distributions.greedy_tokens_checked, platform, x)
+    assert 'custom_call' not in text and 'specdec_greedy' not in text

@@ -63,7 +63,9 @@ import jax.numpy as jnp
 
 Array = jax.Array
 
-SOURCE = pathlib.Path(__file__).resolve().parent / "skinny_matmul.cc"
+_HERE = pathlib.Path(__file__).resolve().parent
+# The kernels' sources, compiled into one library.
+SOURCES = (_HERE / "skinny_matmul.cc", _HERE / "greedy.cc")
 # Rows (tokens x batch) up to which the kernel is used: a verification chunk of
 # gamma + 1 <= 16 tokens at batch 1, or a few rows of a small batch. Beyond this the
 # product has enough rows for XLA's blocked matrix product to stream well.
@@ -71,6 +73,9 @@ MAX_ROWS = 16
 ENV_SWITCH = "SPECDEC_CPU_KERNELS"
 _TARGETS = {"float32": ("specdec_packed_matmul", "SpecdecPackedMatmul"),
             "bfloat16": ("specdec_packed_matmul_bf16", "SpecdecPackedMatmulBf16")}
+_GREEDY = ("specdec_greedy_checked", "SpecdecGreedyChecked")
+# Every FFI target the library registers (none may appear in an accelerator program).
+ALL_TARGETS = (*_TARGETS.values(), _GREEDY)
 # Columns per tile of the packed layout (`pack`); the kernel's own constant.
 TILE = 32
 _FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
@@ -88,13 +93,14 @@ def _compiler() -> str | None:
 
 def library_path() -> pathlib.Path:
   """The cached library's path: keyed by the source, flags and jaxlib's FFI version."""
-  key = hashlib.sha256(SOURCE.read_bytes() + " ".join(_FLAGS).encode()
+  key = hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES)
+                       + " ".join(_FLAGS).encode()
                        + jax.__version__.encode() + sys.platform.encode())
   return cache_dir() / f"skinny_matmul-{key.hexdigest()[:16]}.so"
 
 
 def build(path: pathlib.Path | None = None) -> pathlib.Path:
-  """Compiles `skinny_matmul.cc` into `path` (default `library_path()`); atomic, so
+  """Compiles `SOURCES` into `path` (default `library_path()`); atomic, so
   concurrent processes never load a half-written file.
 
   Raises:
@@ -108,7 +114,8 @@ def build(path: pathlib.Path | None = None) -> pathlib.Path:
   fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
   os.close(fd)
   try:
-    cmd = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
+    cmd = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o",
+           tmp]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode:
       raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-4000:]}")
@@ -128,7 +135,7 @@ def _load() -> bool:
     if not path.is_file():
       build(path)
     lib = ctypes.cdll.LoadLibrary(str(path))
-    for target, symbol in _TARGETS.values():
+    for target, symbol in ALL_TARGETS:
       jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)),
                                   platform="cpu")
     return True
@@ -267,6 +274,36 @@ def packed_matmul(x: Array, packed: Array, n: int,
   # Both branches are traced; lowering for one platform keeps only its own.
   return jax.lax.platform_dependent(x, cpu=lambda x: _kernel(x, packed, n),
                                     default=elsewhere)
+
+
+def use_greedy_kernel(logits: Array) -> bool:
+  """Whether `greedy_checked(logits, ...)` takes the kernel: float32 logits with at
+  least one row and one value, and `enabled()`. Fixed per trace."""
+  return (logits.dtype == jnp.float32 and logits.ndim >= 1 and logits.size > 0
+          and enabled())
+
+
+def _greedy_kernel(logits: Array) -> tuple[Array, Array]:
+  flat = logits.reshape(-1, logits.shape[-1])
+  rows = flat.shape[0]
+  tokens, bad = jax.ffi.ffi_call(
+      _GREEDY[0], (jax.ShapeDtypeStruct((rows,), jnp.int32),
+                   jax.ShapeDtypeStruct((rows,), jnp.bool_)),
+      vmap_method="sequential")(flat)
+  return tokens.reshape(logits.shape[:-1]), bad.reshape(logits.shape[:-1])
+
+
+def greedy_checked(logits: Array, elsewhere: Callable[[Array], tuple[Array, Array]]
+                   ) -> tuple[Array, Array]:
+  """(first argmax of the sanitized logits, nonfinite) per row of float32 logits
+  [..., V]: `greedy.cc`'s one kernel where `use_greedy_kernel(logits)` and the
+  program is lowered for a CPU, `elsewhere(logits)` (the portable XLA version,
+  `specdec.distributions.greedy_tokens_checked`'s) on every other platform. The two
+  give the same tokens and flags for every input, NaN and infinities included (the
+  tests compare them)."""
+  if not use_greedy_kernel(logits):
+    return elsewhere(logits)
+  return jax.lax.platform_dependent(logits, cpu=_greedy_kernel, default=elsewhere)
 
 
 # The Flax variable collection that holds a model's packed weights, under the same
