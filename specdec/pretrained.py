@@ -171,11 +171,20 @@ def step_costs(name: str, draft: str = "draft", batch: int = 1, temperature: flo
   return adaptive.StepCosts.from_json(json.dumps(table[str(batch_of(table))]))
 
 
+# `AutoGamma.margin` of the shipped rules: the run-to-run spread of the 2-core CPU that
+# timed the shipped costs (2-6 %). Drafting must be predicted to gain more than that.
+SHIPPED_MARGIN = 0.05
+
+
 def auto_gamma(name: str, temperature: float, batch: int = 1, draft: str = "draft",
-               gammas: tuple[int, ...] = adaptive.DEFAULT_GAMMAS) -> adaptive.AutoGamma:
+               gammas: tuple[int, ...] = adaptive.DEFAULT_GAMMAS,
+               margin: float = SHIPPED_MARGIN) -> adaptive.AutoGamma:
   """The shipped pair's `AutoGamma`: its measured costs at this batch size and
   temperature (`step_costs`) and the draft's measured alpha at this temperature as the prior;
-  `gammas` less those no alpha would choose at these costs (`AutoGamma.from_costs`).
+  `gammas` less those no alpha would choose at these costs (`AutoGamma.from_costs`);
+  drafting chosen only where it is predicted to gain more than `margin`
+  (`AutoGamma.margin`; default `SHIPPED_MARGIN`, the timing spread of the machine that
+  measured the costs).
 
   The costs were measured on a 2-core CPU: on other hardware measure your own
   (`adaptive.calibrate`) or give them by hand (`AutoGamma.from_c`).
@@ -188,7 +197,7 @@ def auto_gamma(name: str, temperature: float, batch: int = 1, draft: str = "draf
     raise ValueError(f"draft {draft!r} of {name!r} has no measured costs; measure them "
                      "with specdec.adaptive.calibrate")
   prior = measured_alpha(name, draft, temperature)
-  return adaptive.AutoGamma.from_costs(costs, gammas,
+  return adaptive.AutoGamma.from_costs(costs, gammas, margin=margin,
                                        **({} if prior is None else dict(prior=prior)))
 
 

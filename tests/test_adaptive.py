@@ -472,6 +472,8 @@ def test_calibrate_measures_c_v_and_the_loops_iterations_for_every_gamma():
     (dict(gammas=(0, 1), costs=(1.0, 1.2), prior=1.5), "prior"),
     (dict(gammas=(0, 1), costs=(1.0, 1.2), decay=0.0), "decay"),
     (dict(gammas=(0, 1), costs=(1.0, 1.2), prior_weight=0.0), "prior_weight"),
+    (dict(gammas=(0, 1), costs=(1.0, 1.2), margin=-0.01), "margin"),
+    (dict(gammas=(0, 1), costs=(1.0, 1.2), margin=float("nan")), "margin"),
 ])
 def test_bad_rules_raise_naming_the_argument(kwargs, name):
   with pytest.raises(ValueError, match=name):
@@ -494,3 +496,28 @@ def test_a_rule_whose_best_rate_loses_to_the_baseline_program_runs_the_baseline(
   # Without gamma 0 in the set, the user asked for speculation: the rule runs.
   assert not adaptive.never_drafts(adaptive.AutoGamma(gammas=(1, 3), costs=costs[1:],
                                                       prior=0.63))
+
+
+def test_a_margin_keeps_plain_steps_where_drafting_gains_less_than_it():
+  """Costs (1.0, 1.5): gamma 1 makes E(alpha, 1) / 1.5 tokens per step, against 1 for
+  gamma 0. At alpha 0.6 that is 1.067: chosen by the paper's rule (margin 0), not with
+  a margin of 10 %; at alpha 0.8 drafting gains a third (gamma 3: 2.95 / 2.2) and both
+  rules draft alike: gammas > 0 keep their order among themselves (the margin scales
+  them all)."""
+  ones = jnp.ones((1,), bool)
+  rule = adaptive.AutoGamma(gammas=(0, 1, 3), costs=(1.0, 1.5, 2.2), prior=0.6)
+  wide = dataclasses.replace(rule, margin=0.1)
+  pick = lambda r, a: r.gammas[int(adaptive.choose(r, jnp.full((1,), a), ones))]
+  assert pick(rule, 0.6) == 1 and pick(wide, 0.6) == 0
+  assert pick(rule, 0.8) == pick(wide, 0.8) == 3
+  # At the prior the margin decides whether the decode drafts at all.
+  assert not adaptive.never_drafts(rule) and adaptive.never_drafts(wide)
+  assert not adaptive.never_drafts(dataclasses.replace(wide, prior=0.8))
+
+
+def test_the_shipped_rules_carry_the_shipped_margin():
+  from specdec import pretrained
+  rule = pretrained.auto_gamma("multi30k_ende", 0.0, 1, "draft_distilled")
+  assert rule.margin == pretrained.SHIPPED_MARGIN > 0
+  assert pretrained.auto_gamma("multi30k_ende", 0.0, 1, "draft_distilled",
+                               margin=0.0).margin == 0.0

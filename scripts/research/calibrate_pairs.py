@@ -1,7 +1,7 @@
 """Measures each shipped pair's step costs (c, v(k)) for AutoGamma and stores them.
 
     python scripts/research/calibrate_pairs.py [--pairs=...] [--batches=1,2,4,8,16]
-        [--temperatures=0,1]
+        [--temperatures=0,1] [--rounds=2]
 
 Writes `specdec/weights/<pair>/costs.json`: {draft: {temperature: {batch: StepCosts}}},
 each measured
@@ -41,6 +41,9 @@ def main() -> None:
                       help="Only these drafts (comma-separated; default: all).")
   parser.add_argument("--temperatures", default="0,1",
                       help="Sampling temperatures to time the loop at (comma-separated).")
+  parser.add_argument("--rounds", type=int, default=2,
+                      help="Interleaved timing rounds (the minimum counts); more read "
+                           "steadier on a noisy machine.")
   parser.add_argument("--max_length", type=int, default=48,
                       help="Cache length; the loop decodes max_length - 9 tokens.")
   args = parser.parse_args()
@@ -55,7 +58,8 @@ def main() -> None:
     for pair, draft, batch, t in jobs:
       subprocess.run([sys.executable, __file__, f"--pairs={pair}", f"--drafts={draft}",
                       f"--batches={batch}", f"--temperatures={t}",
-                      f"--max_length={args.max_length}"], check=True)
+                      f"--max_length={args.max_length}", f"--rounds={args.rounds}"],
+                     check=True)
     return
   for pair in args.pairs.split(","):
     path = pretrained.pair_dir(pair) / "costs.json"
@@ -73,7 +77,8 @@ def main() -> None:
           costs = adaptive.calibrate(w.target, w.drafts[draft],
                                      jnp.asarray(w.inputs[:batch]),
                                      max_length=args.max_length, repeats=2, steps=8,
-                                     rounds=2, sampling=SamplingConfig(temperature=t))
+                                     rounds=args.rounds,
+                                     sampling=SamplingConfig(temperature=t))
           table.setdefault(draft, {}).setdefault(str(t), {})[str(batch)] = json.loads(
               costs.to_json())
           print(pair, draft, batch, t, costs.c, dict(costs.v), dict(costs.iteration),

@@ -53,6 +53,8 @@ class Config:
   objective: str = cli.field("sum", "What AutoGamma's batch choice optimizes: 'sum' "
                              "(tokens per unit of time over rows) or 'last' (the time "
                              "until the batch's last row finishes).")
+  margin: float = cli.field(pretrained.SHIPPED_MARGIN, "AutoGamma's margin: drafting "
+                            "must be predicted to beat plain steps by this fraction.")
   repeats: int = cli.field(2, "Timed rounds per input (the minimum counts).")
   seed: int = cli.field(0, "Sampling seed.")
 
@@ -210,6 +212,7 @@ def run(config: Config) -> dict[str, Any]:
                                      sampling=sampling)
         prior = measured_alpha(pair, name, temperature)
         rule = adaptive.AutoGamma.from_costs(costs, objective=config.objective,
+                                             margin=config.margin,
                                              **({} if prior is None else dict(prior=prior)))
         decoders = {"baseline": measure.autoregressive_decoder(
             target, config.max_new_tokens, sampling, w.eos_id)}
