@@ -42,6 +42,12 @@ turns the kernel off for programs traced afterwards.
 
 Derivatives go through XLA's product (`jax.custom_jvp`), so training code that
 happens to take a small product is unaffected.
+
+The same library holds `greedy.cc`: the temperature-0 token (the first argmax of the
+sanitized logits) and the validity flag of each row in one pass (`greedy_checked`,
+which `specdec.distributions.greedy_tokens_checked` takes on a CPU): at V = 32,128
+the XLA version is a dozen thunks per verification, ~0.1 ms on this CPU. Chosen per
+lowering platform like the product, and switched off with it.
 """
 
 from __future__ import annotations
