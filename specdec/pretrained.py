@@ -269,7 +269,8 @@ def _card(name: str, draft: str) -> Card:
 # Loading.
 # ------------------------------------------------------------------------------
 def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
-              per_position_logits: int | None = None, draft: str = "draft") -> Pair:
+              per_position_logits: int | None = None, draft: str = "draft",
+              shortlist: bool = True) -> Pair:
   """A shipped pair as a `Pair`: (target, draft, tokenizer) with `.card`.
 
   Both models are in `dtype` (float32 by default: bfloat16 is emulated and slow on a
@@ -284,6 +285,10 @@ def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
       kernel runs, else the target's `CPU_PER_POSITION_LOGITS` on a CPU).
     draft: one of `drafts(name)`; `best_draft(name, temperature)` picks by measured
       acceptance.
+    shortlist: T5 pairs: a draft with a shortlist in `pair.json` has its output layer
+      cut to it (`specdec.drafts.shortlist.t5_output_shortlist`: the same q
+      conditioned on the list, lossless, a cheaper step); False gives the full
+      `t5.T5` draft (e.g. to export to transformers).
 
   Raises:
     ValueError: an unknown pair or draft (listing the valid ones), or
@@ -299,16 +304,18 @@ def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
     target, draft_model, tok = _load_lm_pair(name, dtype, draft)
   else:
     target = _load_t5_model(name, "target", dtype, per_position_logits)
-    draft_model = _load_t5_model(name, draft, dtype, per_position_logits)
+    draft_model = _load_t5_model(name, draft, dtype, per_position_logits, shortlist)
     tok = tokenizer_lib.T5Tokenizer()
   return Pair(target, draft_model, tok, _card(name, draft))
 
 
 def load_model(name: str, which: str, dtype=jnp.float32,
-               per_position_logits: int | None = None):
+               per_position_logits: int | None = None, shortlist: bool = True):
   """One model of a pair, 'target' or one of `drafts(name)`, as a `DecodeModel`.
 
-  For a T5 pair: a `t5.T5`. `per_position_logits` (`T5.per_position_logits`): None
+  For a T5 pair: a `t5.T5` (a draft with a shortlist, unless `shortlist` is False:
+  a `shortlist.OutputShortlist` around one, as in `load_pair`).
+  `per_position_logits` (`T5.per_position_logits`): None
   packs the decoder's weights for `specdec.kernels` where they are enabled (a CPU;
   `T5.with_packed_weights`, in bfloat16 as the checkpoints hold bfloat16 values: a
   step reads every weight once), and otherwise chooses `CPU_PER_POSITION_LOGITS` for
@@ -323,7 +330,7 @@ def load_model(name: str, which: str, dtype=jnp.float32,
     raise ValueError(f"which must be one of {['target', *drafts(name)]}, got {which!r}")
   if name in LM_PAIRS:
     return _load_lm_pair_model(name, which, dtype)
-  return _load_t5_model(name, which, dtype, per_position_logits)
+  return _load_t5_model(name, which, dtype, per_position_logits, shortlist)
 
 
 def load_tokenizer(name: str = "multi30k_ende") -> tokenizer_lib.TextTokenizer:
@@ -374,8 +381,8 @@ def _t5_config(fields: dict[str, Any], dtype) -> t5.T5Config:
                             dropout_rate=0.0))
 
 
-def _load_t5_model(name: str, which: str, dtype, per_position_logits: int | None
-                   ) -> t5.T5:
+def _load_t5_model(name: str, which: str, dtype, per_position_logits: int | None,
+                   shortlist: bool = True):
   from specdec.io import t5x  # pylint: disable=g-import-not-at-top
   info = pair_info(name)
   cfg = _t5_config(info[which]["config"], dtype)
@@ -388,7 +395,13 @@ def _load_t5_model(name: str, which: str, dtype, per_position_logits: int | None
     per_position_logits = (CPU_PER_POSITION_LOGITS if which == "target"
                            and jax.default_backend() == "cpu" else 0)
   model = t5.T5(cfg, jax.device_put(params), per_position_logits=per_position_logits)
-  return model.with_packed_weights() if chosen else model
+  model = model.with_packed_weights() if chosen else model
+  listed = info[which].get("shortlist")
+  if shortlist and listed:
+    from specdec.drafts import shortlist as shortlist_lib  # pylint: disable=g-import-not-at-top
+    ids = json.loads((pair_dir(name) / listed).read_text())["ids"]
+    model = shortlist_lib.t5_output_shortlist(model, ids)
+  return model
 
 
 # ------------------------------------------------------------------------------

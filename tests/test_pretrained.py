@@ -1,5 +1,6 @@
 """The shipped pair loads, translates as it did when shipped, and decodes exactly."""
 
+import dataclasses
 import json
 import pathlib
 
@@ -10,6 +11,7 @@ import pytest
 
 import specdec
 from specdec import data, pretrained
+from specdec.drafts import shortlist
 from specdec.models import t5
 
 EXPECTED = pathlib.Path(__file__).parent / "data" / "multi30k_ende_expected.json"
@@ -34,11 +36,33 @@ def _inputs(vocab, sentences):
 
 def test_the_pair_is_two_t5_decode_models_and_the_t5_vocabulary(pair):
   target, draft, vocab = pair
-  assert isinstance(target, t5.T5) and isinstance(draft, t5.T5)
-  assert isinstance(target, specdec.DecodeModel)
+  # The draft: a T5 whose output layer is cut to the pair's shortlist.
+  assert isinstance(target, t5.T5) and isinstance(draft, shortlist.OutputShortlist)
+  assert isinstance(draft.inner, t5.T5)
+  assert isinstance(target, specdec.DecodeModel) and isinstance(draft, specdec.DecodeModel)
   assert target.vocab_size == draft.vocab_size == 32128
   assert vocab.vocab_size == 32100
-  assert t5.param_count(draft.config) < t5.param_count(target.config) / 3
+  assert t5.param_count(draft.inner.config) < t5.param_count(target.config) / 3
+
+
+def test_the_drafts_output_layer_is_the_full_drafts_columns_of_the_shortlist(pair):
+  """`shortlist.json` lists the ids of Multi30k train's German side; the shipped
+  draft keeps exactly those columns of its checkpoint's output layer, and
+  `shortlist=False` gives the full draft."""
+  _, draft, _ = pair
+  listed = json.loads((pretrained.pair_dir("multi30k_ende") / "shortlist.json")
+                      .read_text())
+  ids = np.asarray(listed["ids"])
+  assert 6000 < ids.size < 7000 and (np.diff(ids) > 0).all() and ids[:2].tolist() == [0, 1]
+  assert listed["test_2016_reference_coverage"] > 0.99
+  full = pretrained.load_model("multi30k_ende", "draft", shortlist=False)
+  assert isinstance(full, t5.T5) and full.config.output_vocab_size is None
+  assert draft.inner.config == dataclasses.replace(full.config,
+                                                   output_vocab_size=ids.size)
+  np.testing.assert_array_equal(np.asarray(draft.shortlist_ids), ids)
+  np.testing.assert_array_equal(
+      np.asarray(draft.inner.params["decoder"]["logits_dense"]["kernel"]),
+      np.asarray(full.params["decoder"]["logits_dense"]["kernel"])[:, ids])
 
 
 def test_greedy_translations_match_the_stored_expectation(pair, expected):
@@ -63,7 +87,8 @@ def test_the_distilled_draft_is_shipped_and_decodes_exactly(pair, expected):
   target, draft, vocab = pair
   assert pretrained.drafts("multi30k_ende") == ("draft", "draft_distilled")
   distilled = pretrained.load_model("multi30k_ende", "draft_distilled")
-  assert distilled.config == draft.config and distilled.per_position_logits == 0
+  assert distilled.inner.config == draft.inner.config
+  assert distilled.inner.per_position_logits == 0
   inputs = _inputs(vocab, expected["sources"])
   alphas = {}
   for name, d in (("draft", draft), ("draft_distilled", distilled)):
@@ -89,14 +114,14 @@ def test_drafts_are_chosen_by_name():
   from specdec import kernels
   target, distilled, _ = pretrained.load_pair("multi30k_ende", draft="draft_distilled")
   if kernels.enabled():  # a CPU with the kernel: both packed, in bfloat16 (exact here)
-    for model in (target, distilled):
+    for model in (target, distilled.inner):
       assert model.per_position_logits == 0
       assert {str(a.dtype) for a in jax.tree.leaves(model.packed)} == {"bfloat16"}
   else:
-    assert target.packed is None and distilled.packed is None
+    assert target.packed is None and distilled.inner.packed is None
     assert target.per_position_logits == (
         pretrained.CPU_PER_POSITION_LOGITS if jax.default_backend() == "cpu" else 0)
-    assert distilled.per_position_logits == 0
+    assert distilled.inner.per_position_logits == 0
   unpacked = pretrained.load_model("multi30k_ende", "target", per_position_logits=6)
   assert unpacked.packed is None and unpacked.per_position_logits == 6
   with pytest.raises(ValueError, match="draft"):

@@ -206,3 +206,112 @@ def test_load_lm_draft_reads_a_shortlist_directory(tmp_path):
     with pytest.raises(ValueError, match=match) as e:
       pretrained.load_lm_draft(tmp_path, VOCAB)
     assert 'shortlist.json' in str(e.value)
+
+
+# ----------------------------------------------------------------------------- the
+# greedy draft step over the list alone (`ShortlistLogits`), and T5's output shortlist.
+
+
+class _Hidden:
+  """A DecodeModel that hides its model's `ShortlistLogits` capability."""
+
+  def __init__(self, model):
+    self._m = model
+    self.vocab_size = model.vocab_size
+
+  def __getattr__(self, name):
+    if name in ('extend_shortlist', 'shortlist_ids'):
+      raise AttributeError(name)
+    return getattr(self._m, name)
+
+
+def _t5_pair(packed: bool):
+  from t5_helpers import tiny_model  # pylint: disable=import-outside-toplevel
+  target = tiny_model(seed=1, vocab_size=VOCAB)
+  full = tiny_model(seed=2, vocab_size=VOCAB, emb_dim=16, num_decoder_layers=1)
+  if packed:
+    target, full = target.with_packed_weights(), full.with_packed_weights()
+  ids = np.sort(_ids(N, VOCAB, seed=5))
+  ids[0] = 1  # EOS on the list, as in a shipped list
+  ids = np.unique(ids)
+  return target, full, shortlist.t5_output_shortlist(full, ids), ids
+
+
+@pytest.mark.parametrize('packed', [False, True])
+def test_t5_output_shortlist_gives_the_full_drafts_logits_on_the_list(packed):
+  _, full, draft, ids = _t5_pair(packed)
+  assert isinstance(draft, specdec.models.base.ShortlistLogits)
+  assert draft.inner.config.output_vocab_size == len(ids)
+  assert draft.inner.params['decoder']['logits_dense']['kernel'].shape[1] == len(ids)
+  inputs = jnp.asarray([[3, 17, 40, 2, 1]], jnp.int32)
+  chunk = jnp.asarray([[0, 9, 33]], jnp.int32)
+  want, _ = full.extend(full.init(inputs, 8), chunk)
+  got, state = draft.extend(draft.init(inputs, 8), chunk)
+  compact, _ = draft.extend_shortlist(draft.init(inputs, 8), chunk)
+  np.testing.assert_allclose(np.asarray(got[..., ids]), np.asarray(want[..., ids]),
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(compact), np.asarray(got[..., ids]))
+  assert np.isneginf(np.asarray(got[..., np.setdiff1d(np.arange(VOCAB), ids)])).all()
+  assert int(draft.lengths(state)[0]) == 3 and draft.vocab_size == VOCAB
+
+
+def test_shortlist_extend_shortlist_is_extend_on_the_list():
+  _, draft, ids = _pair()
+  state = draft.init(jnp.asarray([[3, 17, 40]], jnp.int32), 8)
+  chunk = jnp.asarray([[9, 1]], jnp.int32)
+  full, _ = draft.extend(state, chunk)
+  compact, _ = draft.extend_shortlist(state, chunk)
+  assert compact.shape == (1, 2, N) and compact.dtype == jnp.float32
+  np.testing.assert_array_equal(np.asarray(compact), np.asarray(full[..., ids]))
+  np.testing.assert_array_equal(np.asarray(draft.shortlist_ids), ids)
+
+
+@pytest.mark.parametrize('kind', ['llama', pytest.param('t5', marks=pytest.mark.slow)])
+def test_greedy_draft_steps_never_write_the_full_vocabulary(kind, monkeypatch):
+  """At temperature 0 a shortlist draft's steps take their argmax over the list
+  (`ShortlistLogits`); the drafted tokens are those of the V-wide logits' argmax, and
+  the decode is still the target's greedy one. Fails if a greedy draft step expands
+  its logits into V (the path before the capability)."""
+  from specdec.drafts import base as drafts_base  # pylint: disable=import-outside-toplevel
+  if kind == 'llama':
+    target, draft, _ = _pair(pad_id=0)
+    inputs = jnp.asarray([[5, 9, 33, 7], [12, 50, 0, 0]], jnp.int32)
+  else:
+    target, _, draft, _ = _t5_pair(packed=False)
+    inputs = jnp.asarray([[5, 9, 33, 7], [12, 50, 6, 0]], jnp.int32)
+  # The drafted tokens, with and without the capability (V-wide logits, argmax).
+  proposer, hidden = drafts_base.ModelProposer(draft), drafts_base.ModelProposer(
+      _Hidden(draft))
+  keys = jax.random.split(jax.random.key(0), 2 * 3).reshape(2, 3)
+  xs = []
+  for p in (proposer, hidden):
+    state = p.start(inputs, 16, 3, False)
+    xs.append(np.asarray(p.propose(state, keys, GREEDY, 3)[0]))
+  np.testing.assert_array_equal(xs[0], xs[1])
+
+  def no_expansion(*args, **kwargs):
+    raise AssertionError('a greedy draft step wrote its logits into V')
+
+  monkeypatch.setattr(shortlist, 'expand_logits', no_expansion)
+  kwargs = dict(max_new_tokens=11, sampling=GREEDY)  # shapes of this test alone
+  out = specdec.speculative_sample(target, draft, inputs, jax.random.key(1), gamma=3,
+                                   **kwargs)
+  base = specdec.autoregressive_sample(target, inputs, jax.random.key(0), **kwargs)
+  np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(base.tokens))
+
+
+def test_t5_output_shortlist_misuse_raises_naming_it():
+  from t5_helpers import tiny_model  # pylint: disable=import-outside-toplevel
+  from specdec.models import t5  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match='untied'):
+    shortlist.t5_output_shortlist(tiny_model('1.0', vocab_size=VOCAB), [1, 2])
+  with pytest.raises(ValueError, match='must not repeat'):
+    shortlist.t5_output_shortlist(tiny_model(vocab_size=VOCAB), [1, 1])
+  with pytest.raises(ValueError, match='output_vocab_size'):
+    t5.check_config(t5.tiny_config(vocab_size=VOCAB, output_vocab_size=VOCAB + 1))
+  with pytest.raises(ValueError, match='untied output layer'):
+    t5.check_config(t5.tiny_config('1.0', vocab_size=VOCAB, output_vocab_size=8))
+  model = tiny_model(vocab_size=VOCAB)
+  with pytest.raises(ValueError, match='the shortlist has 3'):
+    shortlist.OutputShortlist.create(model, [1, 2, 3]).extend_shortlist(
+        model.init(jnp.asarray([[4, 1]]), 4), jnp.asarray([[0]]))

@@ -607,7 +607,9 @@ def run(config: Config) -> dict[str, Any]:
     if pair == LM_PAIR:
       result = run_lm(config, pair, num)
     else:
-      target, draft, vocab = pretrained.load_pair(pair)
+      # The full draft: transformers runs it over the whole vocabulary, so both
+      # implementations run the same q (no output shortlist).
+      target, draft, vocab = pretrained.load_pair(pair, shortlist=False)
       sentences = pretrained.test_sentences(pair)[:num]
       prompts = [vocab.encode_padded(data.TRANSLATE_PREFIX + en, config.input_length)
                  for en, _ in sentences]

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from specdec.distributions import (SamplingConfig, greedy_tokens_checked,
                                    probabilities_checked, sample_categorical)
-from specdec.models.base import DecodeModel
+from specdec.models.base import DecodeModel, ShortlistLogits
 from specdec.verify import take_position
 
 Array = jax.Array
@@ -95,13 +95,28 @@ def check_target(proposer: Proposer, target: Any) -> None:
                      "target's features")
 
 
-def draw(step_logits: Array, key: Array, sampling: SamplingConfig):
+def draw(step_logits: Array, key: Array, sampling: SamplingConfig,
+         ids: Optional[Array] = None):
   """(x, bad, q) at one draft position; q is None at temperature 0, where x is the
-  argmax and nothing else is needed."""
+  argmax and nothing else is needed. `ids`: the logits are a shortlist's
+  (`draft_logits`), position n standing for token ids[n] (greedy only)."""
   if sampling.greedy:
-    return *greedy_tokens_checked(step_logits), None
+    x, bad = greedy_tokens_checked(step_logits)
+    return (x if ids is None else jnp.take(ids, x, axis=0)), bad, None
   q, bad = probabilities_checked(step_logits, sampling)
   return sample_categorical(key, q), bad, q
+
+
+def draft_logits(draft: DecodeModel, state: Any, tokens: Array,
+                 sampling: SamplingConfig):
+  """(logits, ids, state) of one draft call: at temperature 0 a draft that declares
+  `ShortlistLogits` gives its N shortlist logits and their ids (the argmax needs no
+  V-wide vocabulary); otherwise `extend`'s V-wide logits and ids None."""
+  if sampling.greedy and isinstance(draft, ShortlistLogits):
+    logits, state = draft.extend_shortlist(state, tokens)
+    return logits, draft.shortlist_ids, state
+  logits, state = draft.extend(state, tokens)
+  return logits, None, state
 
 
 def step_keys(keys: Array, sampling: SamplingConfig):
@@ -187,17 +202,19 @@ class ModelProposer:
       return (*no_drafts(start.shape[0], self.vocab_size, sampling),
               state.replace(start=start))
     # At most 2 owed tokens here (`catch_up` fed any more).
-    logits, draft_state = draft.extend(state.draft_state, state.pending[:, :2])
+    logits, ids, draft_state = draft_logits(draft, state.draft_state,
+                                            state.pending[:, :2], sampling)
     draft_state = draft.rewind(draft_state, start + state.num_pending)
     logits1 = take_position(logits, state.num_pending - 1)
 
     def step(carry, step_key):
       draft_state, x_prev = carry
-      logits, draft_state = draft.extend(draft_state, x_prev[:, None])
-      x, bad, q = draw(logits[:, 0], step_key, sampling)
+      logits, ids, draft_state = draft_logits(draft, draft_state, x_prev[:, None],
+                                              sampling)
+      x, bad, q = draw(logits[:, 0], step_key, sampling, ids)
       return (draft_state, x), (x, q, bad)
 
-    first = draw(logits1, keys[:, 0], sampling)
+    first = draw(logits1, keys[:, 0], sampling, ids)
     (draft_state, _), rest = jax.lax.scan(step, (draft_state, first[0]),
                                           step_keys(keys, sampling), length=gamma - 1)
     x, q, bad = stack_drafts(first, rest, sampling)

@@ -15,13 +15,26 @@ mapped to those ids (a token off the list is read as OTHER), and its logits are
 written back into the target's vocabulary: the shortlist's N, -inf everywhere else
 (OTHER's logit included, so q is the draft's distribution conditioned on the
 shortlist).
+
+`OutputShortlist` restricts only the output layer: its inner model reads the full
+vocabulary and computes logits for the N ids alone (a T5 draft whose
+`decoder/logits_dense` kernel keeps the N columns of the list, `t5_output_shortlist`):
+the same q as the full draft conditioned on the list, at N / V of the output layer's
+cost, with no retraining.
+
+Both declare `specdec.models.base.ShortlistLogits`: at temperature 0 a draft step
+takes its argmax over the N logits (`ModelProposer`), and only a sampled step writes
+them back into the V-wide vocabulary (`expand_logits`), since the residual
+norm(max(0, p - q)) needs q everywhere.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 import flax.struct
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -103,6 +116,10 @@ class Shortlist:
   def shortlist_size(self) -> int:
     return int(self.ids.shape[0])
 
+  @property
+  def shortlist_ids(self) -> Array:
+    return self.ids
+
   def with_packed_weights(self) -> 'Shortlist':
     """`llama.Llama.with_packed_weights` of the inner model."""
     return self.replace(inner=self.inner.with_packed_weights())
@@ -123,11 +140,104 @@ class Shortlist:
   def extend(self, state: llama.LlamaState, tokens: Array
              ) -> tuple[Array, llama.LlamaState]:
     """tokens: int[B, k] (full ids) -> (float32 logits [B, k, V], new state)."""
-    logits, state = self.inner.extend(state, self._map('tokens', tokens))
+    logits, state = self.extend_shortlist(state, tokens)
     return expand_logits(logits, self.ids, self.vocab_size), state
+
+  def extend_shortlist(self, state: llama.LlamaState, tokens: Array
+                       ) -> tuple[Array, llama.LlamaState]:
+    """tokens: int[B, k] (full ids) -> (float32 logits [B, k, N] of `ids`, OTHER's
+    left out; new state)."""
+    logits, state = self.inner.extend(state, self._map('tokens', tokens))
+    return logits[..., :self.shortlist_size].astype(jnp.float32), state
 
   def rewind(self, state: llama.LlamaState, lengths: Array) -> llama.LlamaState:
     return self.inner.rewind(state, lengths)
 
   def lengths(self, state: llama.LlamaState) -> Array:
     return self.inner.lengths(state)
+
+
+@flax.struct.dataclass
+class OutputShortlist:
+  """A `DecodeModel` over V from a model that reads V ids and whose logits cover only
+  the N ids of a shortlist (`inner.extend` gives [B, k, N]): its logits written back
+  into V, -inf off the list.
+
+  Attributes:
+    inner: a `DecodeModel` whose `vocab_size` is V (its inputs) and whose logits'
+      last axis is N (e.g. `t5_output_shortlist`).
+    ids: int32[N], the full-vocabulary id of each logit of `inner`.
+  """
+
+  inner: Any
+  ids: Any
+
+  @classmethod
+  def create(cls, inner: Any, ids: Sequence[int]) -> 'OutputShortlist':
+    """Checks `ids` against `inner.vocab_size` (`index_map`) and builds."""
+    index_map(ids, inner.vocab_size)
+    return cls(inner=inner, ids=jnp.asarray(np.asarray(ids, np.int32)))
+
+  @property
+  def vocab_size(self) -> int:
+    return self.inner.vocab_size
+
+  @property
+  def shortlist_ids(self) -> Array:
+    return self.ids
+
+  def with_packed_weights(self) -> 'OutputShortlist':
+    """The inner model's `with_packed_weights`."""
+    return self.replace(inner=self.inner.with_packed_weights())
+
+  def init(self, inputs: Array, max_length: int) -> Any:
+    return self.inner.init(inputs, max_length)
+
+  def start_tokens(self, inputs: Array) -> Array:
+    return self.inner.start_tokens(inputs)
+
+  def extend(self, state: Any, tokens: Array) -> tuple[Array, Any]:
+    """tokens: int[B, k] -> (float32 logits [B, k, V], new state)."""
+    logits, state = self.extend_shortlist(state, tokens)
+    return expand_logits(logits, self.ids, self.vocab_size), state
+
+  def extend_shortlist(self, state: Any, tokens: Array) -> tuple[Array, Any]:
+    """tokens: int[B, k] -> (float32 logits [B, k, N] of `ids`, new state)."""
+    logits, state = self.inner.extend(state, tokens)
+    if logits.shape[-1] != self.ids.shape[0]:
+      raise ValueError(f'inner: logits over {logits.shape[-1]} ids, the shortlist has '
+                       f'{self.ids.shape[0]}')
+    return logits.astype(jnp.float32), state
+
+  def rewind(self, state: Any, lengths: Array) -> Any:
+    return self.inner.rewind(state, lengths)
+
+  def lengths(self, state: Any) -> Array:
+    return self.inner.lengths(state)
+
+
+def t5_output_shortlist(model: Any, ids: Sequence[int]) -> OutputShortlist:
+  """An untied (v1.1) `t5.T5` restricted to the logits of `ids`: its
+  `decoder/logits_dense` kernel [E, V] cut to the N columns of the list
+  (`T5Config.output_vocab_size` = N); the encoder, embedding and decoder layers
+  unchanged. Each kept logit is the full model's, computed by the same product over
+  fewer columns, so q is the full draft's distribution conditioned on the list.
+  Packed weights (`T5.with_packed_weights`) are packed again for the cut kernel.
+
+  Raises:
+    ValueError: a tied (v1.0) model, or `ids` not valid for its vocabulary.
+  """
+  from specdec.models import t5  # pylint: disable=g-import-not-at-top
+  if not isinstance(model, t5.T5) or model.config.logits_via_embedding:
+    raise ValueError('t5_output_shortlist needs an untied (v1.1) t5.T5 model')
+  index_map(ids, model.vocab_size)
+  cols = np.asarray(ids, np.int32)
+  flat = traverse_util.flatten_dict(model.params, sep='/')
+  name = 'decoder/logits_dense/kernel'
+  flat[name] = jnp.take(jnp.asarray(flat[name]), jnp.asarray(cols), axis=1)
+  params = traverse_util.unflatten_dict(flat, sep='/')
+  cfg = dataclasses.replace(model.config, output_vocab_size=len(cols))
+  inner = model.replace(config=cfg, params=params, packed=None)
+  if model.packed is not None:
+    inner = inner.with_packed_weights()
+  return OutputShortlist.create(inner, cols)

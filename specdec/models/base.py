@@ -68,6 +68,28 @@ class DecodeModel(Protocol):
     ...
 
 
+@runtime_checkable
+class ShortlistLogits(Protocol):
+  """An optional capability of a `DecodeModel` whose logits are -inf off a fixed list
+  of N ids (a shortlist draft, `specdec.drafts.shortlist`).
+
+  `extend_shortlist` is `extend` without writing the logits back into the V-wide
+  vocabulary: `extend`'s logits[..., shortlist_ids[n]] == its logits[..., n]. A greedy
+  draft step then takes its argmax over N logits and maps it through `shortlist_ids`
+  (`ModelProposer` does) instead of scattering into V and reading V. Ties break to the
+  first position of the list, so with ascending ids the token is `extend`'s argmax.
+
+  Attributes:
+    shortlist_ids: int32[N], the full-vocabulary id of each shortlist position.
+  """
+
+  shortlist_ids: Any
+
+  def extend_shortlist(self, state: State, tokens: Array) -> tuple[Array, State]:
+    """tokens: int[B, k] -> (float32 logits [B, k, N] of `shortlist_ids`, new state)."""
+    ...
+
+
 @flax.struct.dataclass
 class CausalLMState:
   """Decode state of `CausalLM`.

@@ -88,6 +88,10 @@ class T5Config:
       drops out.
     logits_via_embedding: True (v1.0) for logits through the transposed shared
       embedding, scaled by emb_dim ** -0.5; False (v1.1) for `decoder/logits_dense`.
+    output_vocab_size: None (the logits' width is vocab_size), or N: an untied output
+      layer `decoder/logits_dense` of N columns only, the logits of a shortlist of N
+      ids (`specdec.drafts.shortlist.OutputShortlist` maps them back to V). Not a
+      T5X field.
   """
 
   vocab_size: int
@@ -101,6 +105,7 @@ class T5Config:
   mlp_activations: Sequence[str | Callable[..., Array]] = ('relu',)
   dropout_rate: float = 0.1
   logits_via_embedding: bool = False
+  output_vocab_size: int | None = None
 
 
 def _v1_1(**dims) -> T5Config:
@@ -159,6 +164,14 @@ def check_config(cfg: T5Config) -> None:
     raise ValueError(f'config.dropout_rate must be in [0, 1), got {cfg.dropout_rate!r}')
   if not jnp.issubdtype(jnp.dtype(cfg.dtype), jnp.floating):
     raise ValueError(f'config.dtype must be a float dtype, got {cfg.dtype!r}')
+  n = cfg.output_vocab_size
+  if n is not None:
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= cfg.vocab_size:
+      raise ValueError(f'config.output_vocab_size must be None or an int in [1, '
+                       f'{cfg.vocab_size}], got {n!r}')
+    if cfg.logits_via_embedding:
+      raise ValueError('config.output_vocab_size needs an untied output layer '
+                       '(logits_via_embedding=False)')
 
 
 def _activation(fn_or_name: str | Callable[..., Array]) -> Callable[..., Array]:
@@ -710,7 +723,8 @@ class Decoder(nn.Module):
     self.decoder_norm = LayerNorm(dtype=cfg.dtype)
     if not cfg.logits_via_embedding:
       # float32 logits, as in T5X, for a stable softmax.
-      self.logits_dense = DenseGeneral(cfg.vocab_size, dtype=jnp.float32,
+      self.logits_dense = DenseGeneral(cfg.output_vocab_size or cfg.vocab_size,
+                                       dtype=jnp.float32,
                                        kernel_axes=('embed', 'vocab'))
     self.dropout = nn.Dropout(rate=cfg.dropout_rate, broadcast_dims=(-2,))
 
