@@ -43,6 +43,7 @@ def model_card(info: dict) -> str:
       "`draft_distilled` learns what the target says (its greedy outputs); which is "
       "accepted more often at each temperature is measured below, and "
       "`specdec.pretrained.best_draft` picks by those alphas.", "",
+      *_shortlist_lines(info),
       "| | " + " | ".join(name for name, _ in models) + " |",
       "|---|" + "---|" * len(models),
       row("architecture", lambda e: size(e["config"])),
@@ -112,6 +113,19 @@ def model_card(info: dict) -> str:
             "`out/evaluate_pair/evaluation.json` and `sweep.md` when rerun.", "",
             "Data: " + "; ".join(f"{k}: {v}" for k, v in info["provenance"].items()) + "."]
   return "\n".join(lines) + "\n"
+
+
+def _shortlist_lines(info: dict) -> list[str]:
+  """The drafts' output shortlist (`shortlist_pair.py`), where they have one."""
+  s = info.get("output_shortlist")
+  if not s:
+    return []
+  return [f"The drafts ship with their output layer cut to a shortlist of {s['size']:,} "
+          f"of the {s['vocab_size']:,} ids (`shortlist.json`: {s['source']}; "
+          f"{100 * s['test_2016_reference_coverage']:.1f} % of the test_2016 reference "
+          "tokens): `specdec.pretrained.load_pair` gives `OutputShortlist` drafts whose "
+          "q is the full draft's conditioned on the list (lossless; the checkpoints keep "
+          "the full layer, `shortlist=False`). The alphas below are those drafts'.", ""]
 
 
 def _repeats_often(m: dict) -> bool:

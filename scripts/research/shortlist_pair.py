@@ -12,7 +12,8 @@ product; a greedy draft step takes its argmax over the N logits alone.
 
 Writes `specdec/weights/<name>/shortlist.json` ({"ids": sorted ids, "source", the
 share of tokens the list holds in the shipped test references}) and names it under
-each draft of `pair.json` ("shortlist"), which `specdec.pretrained` reads.
+each draft of `pair.json` ("shortlist"), which `specdec.pretrained` reads; its size,
+source and coverage go into `pair.json` ("output_shortlist") for the model card.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def main(argv):
   info = pretrained.pair_info(name)
   for draft in pretrained.drafts(name):
     info[draft]["shortlist"] = pretrained.SHORTLIST_FILE
+  info["output_shortlist"] = {k: v for k, v in record.items() if k != "ids"}
   (directory / "pair.json").write_text(json.dumps(info, indent=2) + "\n")
   print(f"{name}: {ids.size} ids, test_2016 references {100 * test:.2f} % on the list")
 
