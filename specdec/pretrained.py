@@ -176,12 +176,20 @@ def step_costs(name: str, draft: str = "draft", batch: int = 1, temperature: flo
 SHIPPED_MARGIN = 0.05
 
 
+def shipped_gammas(name: str) -> tuple[int, ...]:
+  """The gamma set a shipped pair's rule chooses from: `pair.json`'s "auto_gammas"
+  (with the measurement that set it, "auto_gammas_why"), else
+  `adaptive.DEFAULT_GAMMAS`."""
+  return tuple(pair_info(name).get("auto_gammas", adaptive.DEFAULT_GAMMAS))
+
+
 def auto_gamma(name: str, temperature: float, batch: int = 1, draft: str = "draft",
-               gammas: tuple[int, ...] = adaptive.DEFAULT_GAMMAS,
+               gammas: tuple[int, ...] | None = None,
                margin: float = SHIPPED_MARGIN) -> adaptive.AutoGamma:
   """The shipped pair's `AutoGamma`: its measured costs at this batch size and
   temperature (`step_costs`) and the draft's measured alpha at this temperature as the prior;
-  `gammas` less those no alpha would choose at these costs (`AutoGamma.from_costs`);
+  `gammas` (None: the pair's `shipped_gammas`) less those no alpha would choose at
+  these costs (`AutoGamma.from_costs`);
   drafting chosen only where it is predicted to gain more than `margin`
   (`AutoGamma.margin`; default `SHIPPED_MARGIN`, the timing spread of the machine that
   measured the costs).
@@ -197,6 +205,7 @@ def auto_gamma(name: str, temperature: float, batch: int = 1, draft: str = "draf
     raise ValueError(f"draft {draft!r} of {name!r} has no measured costs; measure them "
                      "with specdec.adaptive.calibrate")
   prior = measured_alpha(name, draft, temperature)
+  gammas = shipped_gammas(name) if gammas is None else gammas
   return adaptive.AutoGamma.from_costs(costs, gammas, margin=margin,
                                        **({} if prior is None else dict(prior=prior)))
 

@@ -64,14 +64,22 @@ def test_auto_gamma_is_the_pairs_measured_costs_with_its_measured_alpha_as_prior
     for temperature in (0.0, 1.0):
       costs = pretrained.step_costs(pair, draft, batch=1, temperature=temperature)
       rule = pretrained.auto_gamma(pair, temperature, draft=draft)
-      # The default set, less the gammas no alpha would choose at these costs.
+      # The pair's set (pair.json "auto_gammas", else the default), less the gammas
+      # no alpha would choose at these costs.
+      shipped = pretrained.shipped_gammas(pair)
       assert rule.gammas == adaptive.useful_gammas(
-          adaptive.DEFAULT_GAMMAS, [costs.cost(g) for g in adaptive.DEFAULT_GAMMAS])
-      assert set(rule.gammas) <= set(adaptive.DEFAULT_GAMMAS) and 0 in rule.gammas
+          shipped, [costs.cost(g) for g in shipped])
+      assert set(rule.gammas) <= set(shipped) and 0 in rule.gammas
       assert rule.costs == tuple(costs.cost(g) for g in rule.gammas)
       assert rule.prior == pretrained.measured_alpha(pair, draft, temperature)
       assert 0.0 < rule.prior < 1.0
   assert pretrained.step_costs("smollm2_135m_instruct", "draft+lookup", batch=3).batch <= 3
+  # The T5 pair's measured set ({0, 1}: pair.json says why); an explicit set wins.
+  info = pretrained.pair_info("multi30k_ende")
+  assert pretrained.shipped_gammas("multi30k_ende") == (0, 1) and info["auto_gammas_why"]
+  assert pretrained.shipped_gammas("smollm2_135m_instruct") == adaptive.DEFAULT_GAMMAS
+  assert 3 in pretrained.auto_gamma("multi30k_ende", 0.0, draft="draft_distilled",
+                                    gammas=(0, 1, 3)).gammas
   with pytest.raises(ValueError, match="draft"):
     pretrained.auto_gamma("multi30k_ende", 0.0, draft="nope")
   with pytest.raises(ValueError, match="temperature"):

@@ -211,7 +211,9 @@ def run(config: Config) -> dict[str, Any]:
                                      max_length=config.max_new_tokens + 16,
                                      sampling=sampling)
         prior = measured_alpha(pair, name, temperature)
-        rule = adaptive.AutoGamma.from_costs(costs, objective=config.objective,
+        gammas = (pretrained.shipped_gammas(pair) if pair in pretrained.list_pairs()
+                  else adaptive.DEFAULT_GAMMAS)
+        rule = adaptive.AutoGamma.from_costs(costs, gammas, objective=config.objective,
                                              margin=config.margin,
                                              **({} if prior is None else dict(prior=prior)))
         decoders = {"baseline": measure.autoregressive_decoder(
