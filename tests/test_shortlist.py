@@ -237,6 +237,7 @@ def _t5_pair(packed: bool):
   return target, full, shortlist.t5_output_shortlist(full, ids), ids
 
 
+@pytest.mark.slow  # ~5 s; the default suite stays under 6 minutes
 @pytest.mark.parametrize('packed', [False, True])
 def test_t5_output_shortlist_gives_the_full_drafts_logits_on_the_list(packed):
   _, full, draft, ids = _t5_pair(packed)
@@ -266,7 +267,8 @@ def test_shortlist_extend_shortlist_is_extend_on_the_list():
   np.testing.assert_array_equal(np.asarray(draft.shortlist_ids), ids)
 
 
-@pytest.mark.parametrize('kind', ['llama', pytest.param('t5', marks=pytest.mark.slow)])
+@pytest.mark.slow  # ~6-9 s each; the default suite stays under 6 minutes
+@pytest.mark.parametrize('kind', ['llama', 't5'])
 def test_greedy_draft_steps_never_write_the_full_vocabulary(kind, monkeypatch):
   """At temperature 0 a shortlist draft's steps take their argmax over the list
   (`ShortlistLogits`); the drafted tokens are those of the V-wide logits' argmax, and
@@ -300,6 +302,7 @@ def test_greedy_draft_steps_never_write_the_full_vocabulary(kind, monkeypatch):
   np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(base.tokens))
 
 
+@pytest.mark.slow  # ~4 s (three tiny T5 models)
 def test_t5_output_shortlist_misuse_raises_naming_it():
   from t5_helpers import tiny_model  # pylint: disable=import-outside-toplevel
   from specdec.models import t5  # pylint: disable=import-outside-toplevel
