@@ -124,7 +124,9 @@ def run(config: Config) -> dict[str, Any]:
   result = dict(config=dataclasses.asdict(config), pair=pair, draft=draft_name,
                 backend=jax.default_backend(), devices=[str(d) for d in jax.devices()],
                 t_q_ms=t_q * 1e3, t_q2_ms=best["draft", 2] * 1e3,
-                draft_packed=getattr(draft, "packed", None) is not None,
+                # A shortlist draft's weights are its inner model's.
+                draft_packed=getattr(getattr(draft, "inner", draft), "packed",
+                                     None) is not None,
                 weight_bytes=weight_bytes, roofline_ms=roofline_s * 1e3,
                 roofline_gb_per_s=weight_bytes / roofline_s / 1e9, strategies={})
   for name in [n for n in models if n != "draft"]:
