@@ -177,6 +177,44 @@ def test_extend_writes_only_the_chunks_slots():
     np.testing.assert_array_equal(changed, expected)
 
 
+@pytest.mark.parametrize("lengths,bucket", [([30, 12], 64), ([100, 3], 128),
+                                             ([150, 40], 149)])
+def test_prefill_feeds_only_the_shortest_bucket_that_holds_the_longest_row(lengths,
+                                                                          bucket):
+  """Prompts right-padded to 150 tokens: `init` writes the first `bucket` slots (the
+  longest row's prompt and its bucket's padding) and computes nothing past them; the
+  logits after it are those of each row's unpadded prompt."""
+  model = tiny_model(num_layers=1)
+  x = ragged_inputs(2, 150, model.vocab_size, lengths, seed=11)
+  assert llama.prefill_buckets(149) == (64, 128, 149)
+  state = model.init(x, 4)
+  for key_cache, _ in state.caches:
+    written = np.any(np.asarray(key_cache) != 0.0, axis=(0, 2, 3))  # [T]
+    np.testing.assert_array_equal(np.flatnonzero(written), np.arange(bucket))
+  logits, _ = model.extend(state, model.start_tokens(x)[:, None])
+  for b, n in enumerate(lengths):
+    reference = model.forward(x[b:b + 1, :n])[0, -1]
+    np.testing.assert_allclose(logits[b, 0], reference, atol=2e-5, rtol=0)
+
+
+def test_a_padded_prompt_decodes_as_its_unpadded_self():
+  """Greedy decodes of one prompt, alone and right-padded to 200 tokens, agree (both
+  through the bucketed prefill and the plain loop), and so do speculative ones."""
+  target = tiny_model(0, num_layers=2)
+  draft = tiny_model(1, hidden_size=16, num_heads=2, num_kv_heads=1,
+                     intermediate_size=32, num_layers=1, tie_word_embeddings=True)
+  x = ragged_inputs(1, 200, target.vocab_size, [70], seed=12)
+  key = jax.random.key(0)
+  alone = specdec.autoregressive_sample(target, x[:, :70], key, max_new_tokens=12,
+                                        sampling=GREEDY)
+  padded = specdec.autoregressive_sample(target, x, key, max_new_tokens=12,
+                                         sampling=GREEDY)
+  spec = specdec.speculative_sample(target, draft, x, key, gamma=3, max_new_tokens=12,
+                                    sampling=GREEDY)
+  np.testing.assert_array_equal(padded.tokens, alone.tokens)
+  np.testing.assert_array_equal(spec.tokens, alone.tokens)
+
+
 def test_the_cache_write_is_a_per_row_update_not_a_contraction_over_the_cache():
   model = tiny_model(num_layers=1)
   state = model.init(jnp.ones((2, 3), jnp.int32), 5)
