@@ -187,6 +187,29 @@ def test_extend_writes_only_the_chunks_slots():
     np.testing.assert_array_equal(changed, written)
 
 
+@pytest.mark.parametrize('bidirectional', [False, True])
+@pytest.mark.parametrize('prefixes,bucket', [((40, 0, 30), 64), ((70, 5, 2), 128)])
+def test_prefill_feeds_only_the_shortest_bucket_that_holds_every_prompt(
+    bidirectional, prefixes, bucket):
+  """Inputs 150 wide (T5X pads its features to a fixed length): `init` writes the
+  first `bucket` slots and computes nothing past them, and the next logits are those
+  of the same prompts padded only to the longest."""
+  model = tiny_model(bidirectional=bidirectional, num_layers=1)
+  x = np.random.default_rng(3).integers(2, 64, (3, 150))
+  x[:, 0] = t5x_decoder.BOS_ID
+  keep = np.arange(150)[None] <= np.asarray(prefixes)[:, None]
+  wide = jnp.asarray(np.where(keep, x, 0), jnp.int32)
+  state = model.init(wide, 4)
+  for key_cache, _ in state.caches:
+    written = np.any(np.asarray(key_cache) != 0.0, axis=(0, 2, 3))  # [T]
+    np.testing.assert_array_equal(np.flatnonzero(written), np.arange(bucket))
+  start = model.start_tokens(wide)[:, None]
+  narrow = wide[:, :max(prefixes) + 1]
+  np.testing.assert_allclose(model.extend(state, start)[0],
+                             model.extend(model.init(narrow, 4), start)[0],
+                             atol=2e-5, rtol=1e-5)
+
+
 def test_bad_ids_and_arguments_raise_errors_naming_them():
   model = tiny_model()
   inputs = prompts(sequences(WIDTH))

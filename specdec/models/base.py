@@ -154,6 +154,38 @@ def rewound(current: Array, lengths: Any) -> Array:
   return jnp.minimum(current, lengths.astype(jnp.int32))
 
 
+# The shortest prefix a decoder-only model's prefill feeds on its own.
+PREFILL_BUCKET = 64
+
+
+def prefill_buckets(n: int) -> tuple[int, ...]:
+  """The prefix lengths `bucketed_prefill` chooses among for n positions:
+  PREFILL_BUCKET, twice that, ... below n, then n."""
+  out, m = [], PREFILL_BUCKET
+  while m < n:
+    out.append(m)
+    m *= 2
+  return tuple(out) + (n,)
+
+
+def bucketed_prefill(feed: Callable[[Array, Any], Any], tokens: Array, needed: Array,
+                     caches: Any) -> Any:
+  """`feed(tokens[:, :m], caches)` (a prefill from position 0, returning the caches)
+  for m the shortest of `prefill_buckets(n)` that is >= `needed` (a traced int: the
+  positions the longest row needs), chosen by `lax.switch` inside the compiled
+  program. Right padding past that prefix is never computed, so a batch padded to a
+  fixed length S (as T5X pads its features) costs about what its longest prompt does;
+  the slots past it stay as they were (stale, masked until `extend` writes them).
+  Prompts of at most PREFILL_BUCKET positions take one branch, as before."""
+  buckets = prefill_buckets(tokens.shape[1])
+  if len(buckets) == 1:
+    return feed(tokens, caches)
+  branches = [lambda caches, m=m: feed(tokens[:, :m], caches) for m in buckets]
+  index = jnp.searchsorted(jnp.asarray(buckets, jnp.int32),
+                           jnp.asarray(needed, jnp.int32))
+  return jax.lax.switch(jnp.minimum(index, len(buckets) - 1), branches, caches)
+
+
 def write_rows(buffer: Array, chunk: Array, starts: Array) -> Array:
   """buffer[b, starts[b]:starts[b]+k] = chunk[b] for every row b."""
   return jax.vmap(lambda row, c, s: jax.lax.dynamic_update_slice(row, c, (s,)))(

@@ -690,42 +690,18 @@ def _extend(cfg: LlamaConfig, params: Any, tokens: Array, lengths: Array,
                                 method=Transformer.extend)
 
 
-# The shortest prefix `init` feeds on its own (`_prefill`).
-PREFILL_BUCKET = 64
-
-
-def prefill_buckets(n: int) -> tuple[int, ...]:
-  """The prefix lengths `_prefill` chooses among for n fed positions: PREFILL_BUCKET,
-  twice that, ... below n, then n."""
-  out, m = [], PREFILL_BUCKET
-  while m < n:
-    out.append(m)
-    m *= 2
-  return tuple(out) + (n,)
-
-
 @functools.partial(jax.jit, static_argnums=0)
 def _prefill(cfg: LlamaConfig, params: Any, tokens: Array, fed: Array,
              caches: tuple[tuple[Array, Array], ...], packed: Any = None):
-  """The caches with tokens[:, :m] written at positions 0..m - 1, for m the shortest
-  of `prefill_buckets(n)` that holds every row's prompt (fed: int32[B], the real
-  tokens of each row): one forward over that prefix, chosen by `lax.switch`. Right
-  padding past it is never computed, so a batch padded to a fixed length costs about
-  what its longest prompt does, in one compiled program."""
-  n = tokens.shape[1]
-  buckets = prefill_buckets(n)
+  """The caches with each row's tokens[:, :fed_b] written from position 0: one forward
+  over the shortest bucket that holds the longest row (`base.bucketed_prefill`)."""
   zeros = jnp.zeros((tokens.shape[0],), jnp.int32)
 
-  def branch(m):
-    def feed(caches):
-      _, caches = Transformer(cfg).apply(
-          _variables(params, packed), tokens[:, :m], zeros, caches, logits=False,
-          method=Transformer.extend)
-      return caches
-    return feed
+  def feed(prefix, caches):
+    return Transformer(cfg).apply(_variables(params, packed), prefix, zeros, caches,
+                                  logits=False, method=Transformer.extend)[1]
 
-  index = jnp.searchsorted(jnp.asarray(buckets, jnp.int32), jnp.max(fed))
-  return jax.lax.switch(index, [branch(m) for m in buckets], caches)
+  return base.bucketed_prefill(feed, tokens, jnp.max(fed), caches)
 
 
 def decode_matrices(cfg: LlamaConfig, params: Any) -> dict[str, tuple[Array, bool]]:
@@ -794,8 +770,8 @@ class Llama:
   `start_tokens(inputs)` is each row's last prompt token; `init(inputs, max_length)`
   feeds every row's prompt minus that token into the cache in one chunked forward
   (lengths start at len_b - 1) and allocates S - 1 + max_length positions. That
-  forward runs over the shortest of `prefill_buckets(S - 1)` (64, 128, ..., S - 1)
-  that holds the longest row, so padding past it costs nothing. Each
+  forward runs over the shortest of `base.prefill_buckets(S - 1)` (64, 128, ...,
+  S - 1) that holds the longest row, so padding past it costs nothing. Each
   `extend` then feeds a chunk of k tokens per row at that row's own position, so the
   target scores gamma + 1 drafted tokens in one call, and `rewind` moves rows back.
 
@@ -935,7 +911,7 @@ class Llama:
       # row's length, so they are stale: masked, then overwritten by `extend`.
       self._check_params()
       fed = jnp.asarray(inputs)[:, :-1]
-      if features or length - 1 <= PREFILL_BUCKET:
+      if features or length - 1 <= base.PREFILL_BUCKET:
         _, caches, *rest = _extend(self.config, self.params, fed,
                                    jnp.zeros((batch,), jnp.int32), caches, logits=False,
                                    packed=self.packed, features=features)

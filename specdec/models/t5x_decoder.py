@@ -453,6 +453,21 @@ def _extend(cfg: DecoderOnlyConfig, params: Any, tokens: Array, lengths: Array,
                                 logits, method=Transformer.extend)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 5))
+def _prefill(cfg: DecoderOnlyConfig, params: Any, inputs: Array, prefix: Array,
+             caches: Any, bidirectional_prefix: bool):
+  """The caches with every row's inputs[b, :P_b + 1] fed from position 0 (the prompt's
+  last token included, which a bidirectional prefix sees): one forward over the
+  shortest bucket that holds the longest row (`base.bucketed_prefill`)."""
+  zeros = jnp.zeros((inputs.shape[0],), jnp.int32)
+  visible = prefix if bidirectional_prefix else None
+
+  def feed(tokens, caches):
+    return _extend(cfg, params, tokens, zeros, caches, visible, logits=False)[1]
+
+  return base.bucketed_prefill(feed, inputs, jnp.max(prefix) + 1, caches)
+
+
 @flax.struct.dataclass
 class T5XDecoder:
   """T5X's decoder-only network as a `specdec.models.base.DecodeModel`.
@@ -533,10 +548,11 @@ class T5XDecoder:
   def init(self, inputs: Array, max_length: int) -> DecoderState:
     """Fills positions 0..P_b - 1 of each row's cache; allocates S - 1 + max_length.
 
-    The whole of `inputs` is fed in one chunk: a row's slots from P_b on hold its
-    padding (stale: masked, then overwritten by `extend`), except that with
-    `bidirectional_prefix` position P_b, the prompt's last token, is seen by the
-    prefix as in T5X's prefill.
+    `inputs` are fed in one chunk, cut to the shortest of `base.prefill_buckets(S)`
+    that holds every row's prompt: a row's slots from P_b on hold its padding (stale:
+    masked, then overwritten by `extend`), except that with `bidirectional_prefix`
+    position P_b, the prompt's last token, is seen by the prefix as in T5X's
+    prefill. Padding past the bucket is never computed.
     """
     prefix = self.prefix_lengths(inputs)
     if (isinstance(max_length, bool) or not isinstance(max_length, int)
@@ -548,9 +564,13 @@ class T5XDecoder:
     shape = (batch, length - 1 + max_length, cfg.num_heads, cfg.head_dim)
     caches = tuple((jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
                    for _ in range(cfg.num_layers))
-    _, caches = _extend(cfg, self.params, jnp.asarray(inputs),
-                        jnp.zeros((batch,), jnp.int32), caches,
-                        prefix if self.bidirectional_prefix else None, logits=False)
+    if length <= base.PREFILL_BUCKET:
+      _, caches = _extend(cfg, self.params, jnp.asarray(inputs),
+                          jnp.zeros((batch,), jnp.int32), caches,
+                          prefix if self.bidirectional_prefix else None, logits=False)
+    else:
+      caches = _prefill(cfg, self.params, jnp.asarray(inputs), prefix, caches,
+                        self.bidirectional_prefix)
     return DecoderState(caches=caches, lengths=prefix)
 
   def extend(self, state: DecoderState, tokens: Array) -> tuple[Array, DecoderState]:
