@@ -430,6 +430,7 @@ def test_costs_record_the_temperature_their_iterations_were_timed_at(tmp_path):
       StepCosts(c=0.1, v=(), temperature=bad)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_forced_rule_runs_the_adaptive_loop_at_one_gamma():
   target_table, draft_table = varying_tables()
   for g in (0, 3):  # the plain-step branch and a drafting one

@@ -165,6 +165,7 @@ def lean_on_features(draft, weight=4.0):
   return draft.replace(params=dict(draft.params, fc={"kernel": fc}))
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_loop_feeds_the_draft_the_targets_features_of_every_committed_position():
   """Iterations and accepted tokens equal a replay that drafts from the true
   features; a loop that kept stale features (the draft's own for accepted tokens,
