@@ -176,14 +176,12 @@ def bucketed_prefill(feed: Callable[[Array, Any], Any], tokens: Array, needed: A
   program. Right padding past that prefix is never computed, so a batch padded to a
   fixed length S (as T5X pads its features) costs about what its longest prompt does;
   the slots past it stay as they were (stale, masked until `extend` writes them).
-  Prompts of at most PREFILL_BUCKET positions take one branch, as before."""
+  (`lax.switch` clamps the index, so `needed` past n takes the whole of `tokens`.)"""
   buckets = prefill_buckets(tokens.shape[1])
-  if len(buckets) == 1:
-    return feed(tokens, caches)
   branches = [lambda caches, m=m: feed(tokens[:, :m], caches) for m in buckets]
   index = jnp.searchsorted(jnp.asarray(buckets, jnp.int32),
                            jnp.asarray(needed, jnp.int32))
-  return jax.lax.switch(jnp.minimum(index, len(buckets) - 1), branches, caches)
+  return jax.lax.switch(index, branches, caches)
 
 
 def write_rows(buffer: Array, chunk: Array, starts: Array) -> Array:

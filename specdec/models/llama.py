@@ -698,8 +698,7 @@ def _prefill(cfg: LlamaConfig, params: Any, tokens: Array, fed: Array,
   zeros = jnp.zeros((tokens.shape[0],), jnp.int32)
 
   def feed(prefix, caches):
-    return Transformer(cfg).apply(_variables(params, packed), prefix, zeros, caches,
-                                  logits=False, method=Transformer.extend)[1]
+    return _extend(cfg, params, prefix, zeros, caches, logits=False, packed=packed)[1]
 
   return base.bucketed_prefill(feed, tokens, jnp.max(fed), caches)
 
