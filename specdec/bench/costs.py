@@ -7,8 +7,8 @@ For a pair (shipped or toy, or random-weight presets with `--target-config` /
 "packed": `specdec.backends.cpu`, each decoder weight read once per chunk, where it is
 enabled); t_q, one draft step, and the draft's 2-token first step. Beside them the
 roofline: the target's decoder step weights streamed once by matrix-vector products
-in one compiled program (`measure.weight_stream_seconds`: bytes / bandwidth). Every
-time is one call inside a compiled loop (`measure.extend_seconds`), the rounds
+in one compiled program (`bench.roofline.weight_stream_seconds`: bytes / bandwidth). Every
+time is one call inside a compiled loop (`costs.extend_seconds`), the rounds
 interleaved so that a slow spell of a shared machine hits every setting alike, the
 minimum over rounds reported.
 
@@ -52,7 +52,7 @@ class Config:
 
 def random_pair(target_config: str, draft_config: str, seed: int = 0):
   """(target, draft, inputs [1, 32]): random-weight T5 presets, float32 on a CPU
-  (`measure.t5_shape_config`, `measure.random_t5_params`)."""
+  (`bench.t5_shapes.t5_shape_config`, `bench.t5_shapes.random_t5_params`)."""
   from specdec.models import t5  # pylint: disable=g-import-not-at-top
   models = []
   for i, name in enumerate((target_config, draft_config)):

@@ -20,8 +20,8 @@ pair's Multi30k test sentences:
   alpha along the lenient decodes themselves (`SpeculativeStats.alpha_hat`, pooled)
   and from their accept counts;
 * the speed-up: baseline and lenient ms per token at batch 1 on --timed_sentences,
-  timed side by side (`measure.time_decodes_paired`), the prediction of Theorem
-  3.8 refined with the measured c and v (`measure.step_costs`), and Theorem 3.8
+  timed side by side (`bench.timing.time_decodes_paired`), the prediction of Theorem
+  3.8 refined with the measured c and v (`costs.step_costs`), and Theorem 3.8
   at the paper's c = 0.015, gamma = 8 from our alpha_l (the paper's Table 5 speed-ups
   are that formula at its alphas: 3.3 / 3.3 / 3.9 / 4.9x for 0.75 / 0.75 / 0.8 / 0.87);
 * the quality cost, from batched decodes of --sentences: BLEU against the references

@@ -7,13 +7,13 @@ a T5 or a decoder-only pair alike (`workloads.load`; the models are seen through
 * Table 3: alpha of every draft (`--drafts`: the pair's, its other shipped drafts,
   the unigram and bigram drafts, "skip:<layers>" layer-skipping drafts) the paper's
   way (Section 3.1): beta = sum_x min(p(x), q(x)) teacher-forced along the target's
-  own decodes of `--alpha-examples` prompts (`measure.teacher_forced_alpha`), pooled
+  own decodes of `--alpha-examples` prompts (`bench.alpha.teacher_forced_alpha`), pooled
   over positions, with the histogram of beta;
 * step costs of every swept draft: t_p(k) for k = gamma + 1, t_q, c = t_q / t_p(1) and
-  v(k) = t_p(k) / t_p(1) (`measure.verify_costs`; the paper's premise is v = 1);
+  v(k) = t_p(k) / t_p(1) (`costs.verify_costs`; the paper's premise is v = 1);
 * Tables 2 and 4: per temperature, one row per row kind (`row_kinds`): the baseline
   and speculative decoding with each swept draft at each fixed gamma, timed side by
-  side at batch 1 (`measure.time_decodes_paired`): ms/token, the measured speed-up,
+  side at batch 1 (`bench.timing.time_decodes_paired`): ms/token, the measured speed-up,
   alpha along the decode and from accept counts, tokens per iteration against Eq. 1,
   Theorem 3.8's prediction with v = 1 and with the measured v, measured / predicted,
   Theorem 3.11's operations factor (T5 pairs), the task metric of both decodes, and
@@ -204,7 +204,7 @@ def _ngram_corpus(config: Config, w: workloads.Workload, kind: str | None,
 def _ops_per_token(model) -> int | None:
   cfg = getattr(model, "config", None)
   if cfg is None or not hasattr(cfg, "num_decoder_layers"):
-    return None  # Theorem 3.11's count is T5's (`measure.decode_ops_per_token`).
+    return None  # Theorem 3.11's count is T5's (`bench.t5_shapes.decode_ops_per_token`).
   return decode_ops_per_token(cfg)
 
 
