@@ -80,6 +80,6 @@ def test_a_missing_script_or_module_is_caught():
   assert SCRIPT_PATH.findall("see `scripts/nope.py`, (scripts/research/)") == [
       "scripts/nope.py", "scripts/research/"]
   assert not (ROOT / "scripts/nope.py").exists()
-  m = MODULE.search("run `python -m specdec.demo --x`")
-  assert m.group(1) == "specdec.demo" and not _module_exists(m.group(1))
+  m = MODULE.search("run `python -m specdec.nope --x`")
+  assert m.group(1) == "specdec.nope" and not _module_exists(m.group(1))
   assert _module_exists("specdec.bench") and _module_exists("specdec.run")
