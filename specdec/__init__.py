@@ -9,16 +9,17 @@ The contract names:
   drafts                                     -- the Proposer protocol and proposers
   theory                                     -- Section 3's formulas
   models                                     -- the DecodeModel protocol and models
+  io                                         -- checkpoints and tokenizers on disk
 """
 
-from specdec import adaptive, checkpoints, drafts, sharding, theory, verify
+from specdec import adaptive, drafts, io, sharding, theory, verify
 from specdec.adaptive import AutoGamma, StepCosts
 from specdec.distributions import SamplingConfig, probabilities
 from specdec.models import CausalLM, DecodeModel
 from specdec.outputs import AutoregressiveStats, SampleOutput, SpeculativeStats
 from specdec.sample import autoregressive_sample, speculative_sample
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AutoGamma",
@@ -31,8 +32,8 @@ __all__ = [
     "StepCosts",
     "adaptive",
     "autoregressive_sample",
-    "checkpoints",
     "drafts",
+    "io",
     "probabilities",
     "sharding",
     "speculative_sample",

@@ -387,29 +387,30 @@ def calibrate(target: Any, draft: Any, inputs: Array, gammas: Sequence[int] = DE
   one iteration of the decode loop at each gamma.
 
   c and v: each one `extend` on a primed cache, timed inside a compiled loop, minimum
-  over rounds, all measured in turn in each round (`specdec.bench.measure.verify_costs`).
+  over rounds, all measured in turn in each round (`specdec.costs.verify_costs`).
   The loop's iterations: the AutoGamma decode with this set of gammas, forced to each
   gamma in turn, and the baseline decode, all with `max_length - max(gammas) - 1` new
   tokens and no EOS; per iteration less the prefill, over the baseline's time per
-  token (`specdec.bench.measure.iteration_costs`). These are what the rule uses
+  token (`specdec.costs.iteration_costs`). These are what the rule uses
   (`StepCosts.cost`): they hold what an iteration costs beyond its model calls.
   `sampling` (default greedy) is the decode's: the loop's iterations are timed with
   it, and its temperature is recorded (`StepCosts.temperature`). Store the result
   with `StepCosts.save`.
   """
-  from specdec.bench import measure  # pylint: disable=import-outside-toplevel
+  # `specdec.costs` times the sampler, which imports this module.
+  from specdec import costs  # pylint: disable=import-outside-toplevel
   sampling = SamplingConfig(temperature=0.0) if sampling is None else sampling
   ks = sorted({g + 1 for g in gammas if g > 0})
-  r = measure.verify_costs(target, draft, inputs, ks, max_length, repeats=repeats,
-                           steps=steps, rounds=rounds)
+  r = costs.verify_costs(target, draft, inputs, ks, max_length, repeats=repeats,
+                         steps=steps, rounds=rounds)
   iteration = ()
   if loop:
     new_tokens = max_length - max(gammas) - 1
     if new_tokens < 1:
       raise ValueError(f"max_length {max_length} leaves no new token at gamma "
                        f"{max(gammas)}")
-    loops = measure.iteration_costs(target, draft, inputs, tuple(gammas), new_tokens,
-                                    sampling, rounds=rounds, repeats=repeats)
+    loops = costs.iteration_costs(target, draft, inputs, tuple(gammas), new_tokens,
+                                  sampling, rounds=rounds, repeats=repeats)
     iteration = tuple(sorted(loops["cost"].items()))
   return StepCosts(c=r["c"], v=tuple((k, r["v"][k]) for k in ks),
                    batch=int(inputs.shape[0]), device=jax.devices()[0].device_kind,

@@ -283,7 +283,7 @@ def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
   """A shipped pair as a `Pair`: (target, draft, tokenizer) with `.card`.
 
   Both models are in `dtype` (float32 by default: bfloat16 is emulated and slow on a
-  CPU), their parameters on the device once, and on a CPU with `specdec.kernels`
+  CPU), their parameters on the device once, and on a CPU with `specdec.backends.cpu`
   their weights packed for it (a chunk of gamma + 1 tokens then costs about one
   token's step).
 
@@ -325,7 +325,7 @@ def load_model(name: str, which: str, dtype=jnp.float32,
   For a T5 pair: a `t5.T5` (a draft with a shortlist, unless `shortlist` is False:
   a `shortlist.OutputShortlist` around one, as in `load_pair`).
   `per_position_logits` (`T5.per_position_logits`): None
-  packs the decoder's weights for `specdec.kernels` where they are enabled (a CPU;
+  packs the decoder's weights for `specdec.backends.cpu` where they are enabled (a CPU;
   `T5.with_packed_weights`, in bfloat16 as the checkpoints hold bfloat16 values: a
   step reads every weight once), and otherwise chooses `CPU_PER_POSITION_LOGITS` for
   the target on a CPU backend, where it makes the verification of up to 6 tokens up
@@ -542,14 +542,14 @@ def load_lm(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
     `(specdec.models.llama.Llama, specdec.io.tokenizer.Tokenizer)`; stop decoding on
     `tokenizer.eos_id`.
   """
-  from specdec import kernels  # pylint: disable=g-import-not-at-top
+  from specdec.backends import cpu  # pylint: disable=g-import-not-at-top
   path = lm_path(name)
   tok = tokenizer_lib.Tokenizer.from_reader(gguf.open_gguf(path), source=str(path))
   if pad_id == _FILE_PAD_ID:
     pad_id = tok.pad_id
   stat = path.stat()
   model = _lm_model(str(path), stat.st_size, stat.st_mtime_ns, jnp.dtype(dtype).name,
-                    kernels.enabled())
+                    cpu.enabled())
   return model.replace(pad_id=pad_id), tok
 
 
@@ -558,7 +558,7 @@ def _lm_model(path: str, size: int, mtime_ns: int, dtype: str, packed: bool):
   """`load_lm`'s model (no pad_id), kept for the last key: loading the same LM again in
   one process (`load_pair` after `load_lm`, a benchmark's next row) reuses its device
   arrays instead of dequantizing and packing every weight again. size and mtime_ns
-  key the file's version, packed whether `specdec.kernels` packs it (both read by
+  key the file's version, packed whether `specdec.backends.cpu` packs it (both read by
   the caller). One model is held, so a second does not pin another copy in memory;
   a `llama.Llama` is immutable, so sharing its arrays is safe (the tokenizer, which
   has mutable attributes, is built anew by each call)."""
@@ -566,7 +566,7 @@ def _lm_model(path: str, size: int, mtime_ns: int, dtype: str, packed: bool):
   from specdec.models import llama  # pylint: disable=g-import-not-at-top
   cfg, params = gguf.load_gguf(path, dtype=jnp.dtype(dtype))
   # On the device once: numpy leaves would be copied in again on every jit call.
-  # On a CPU the weights are also packed for `specdec.kernels` (a second float32
+  # On a CPU the weights are also packed for `specdec.backends.cpu` (a second float32
   # copy), so that a chunk of gamma + 1 tokens costs about one token's step.
   return llama.Llama(cfg, jax.device_put(params)).with_packed_weights()
 
@@ -602,7 +602,7 @@ def load_lm_transformers(name: str = "smollm2_135m_instruct", dtype: str = "floa
 # `LlamaForCausalLM` directories.
 # ------------------------------------------------------------------------------
 SHORTLIST_FILE = "shortlist.json"
-# `specdec.models.lookup.ContextLookup`'s settings where a pair's card names none.
+# `specdec.drafts.lookup.ContextLookup`'s settings where a pair's card names none.
 DEFAULT_LOOKUP = dict(weight=0.8, min_ngram=2, max_ngram=4)
 
 
@@ -641,13 +641,14 @@ def load_lm_draft(path: str | os.PathLike, vocab_size: int, dtype=jnp.float32,
 
   A transformers `LlamaForCausalLM` directory loads as a `llama.Llama`; one that also
   holds `shortlist.json` ({"ids": [N ids]}, a draft over a shortlist of the target's
-  vocabulary, `specdec.models.shortlist`) as a `shortlist.Shortlist` around it.
+  vocabulary, `specdec.drafts.shortlist`) as a `shortlist.Shortlist` around it.
 
   Raises:
     ValueError: naming the file, when the draft's vocabulary does not match the
       target's, or `shortlist.json` is malformed.
   """
-  from specdec.models import llama, shortlist  # pylint: disable=g-import-not-at-top
+  from specdec.drafts import shortlist  # pylint: disable=g-import-not-at-top
+  from specdec.models import llama  # pylint: disable=g-import-not-at-top
   path = pathlib.Path(path)
   cfg, params = hf.load_hf_llama(path, dtype=dtype)
   inner = llama.Llama(cfg, jax.device_put(params))
@@ -686,11 +687,11 @@ def lookup_settings(name: str = "smollm2_135m_instruct") -> dict[str, Any]:
 
 
 def with_context_lookup(name: str, draft_model):
-  """`draft_model` mixed with a context n-gram proposal (`specdec.models.lookup`),
+  """`draft_model` mixed with a context n-gram proposal (`specdec.drafts.lookup`),
   with the pair's settings (`lookup_settings`): its distribution mixed with the token
   that followed the context's last 2-4 tokens where they occurred before (prompt
   lookup); lossless like any draft."""
-  from specdec.models import lookup  # pylint: disable=g-import-not-at-top
+  from specdec.drafts import lookup  # pylint: disable=g-import-not-at-top
   return lookup.ContextLookup.create(draft_model, **lookup_settings(name))
 
 

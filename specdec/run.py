@@ -7,7 +7,7 @@
 
 The run files of `configs/runs` are the ones `t5x/infer.py` takes (with `infer.gin`);
 here `specdec_run.gin` binds their macros to `evaluate`, which loads both T5X
-checkpoints with `specdec.checkpoints.load_t5x` (local paths only: nothing is
+checkpoints with `specdec.io.load_t5x` (local paths only: nothing is
 downloaded), reads the task's shipped examples with `specdec.data`, decodes every
 example with `specdec.speculative_sample` (and, with `baseline`, with the target
 alone), and writes to `output_dir`:
@@ -32,7 +32,7 @@ from typing import Any, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from specdec import checkpoints
+from specdec.io import load_t5x
 from specdec import data
 from specdec import metrics as metrics_lib
 from specdec import theory
@@ -85,7 +85,7 @@ def _local_checkpoint(name: str, path: Any) -> str:
 
 def _load_model(name: str, module: Any, path: str) -> t5.T5:
   config = config_of(module, f'{name}_module')
-  params = checkpoints.load_t5x(path, config, dtype=config.dtype)
+  params = load_t5x(path, config, dtype=config.dtype)
   return t5.T5(config, jax.device_put(params))
 
 

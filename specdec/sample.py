@@ -46,7 +46,7 @@ from specdec.distributions import (SamplingConfig, greedy_tokens_checked,
                                    probabilities_checked, sample_categorical, uniform)
 from specdec.models.base import DecodeModel, write_rows
 from specdec.outputs import AutoregressiveStats, SampleOutput, SpeculativeStats
-from specdec._keys import _iteration_keys, _row_keys, _wrap_raw_key  # noqa: F401
+from specdec.keys import iteration_keys as _iteration_keys, row_keys as _row_keys
 # Steps 3 and 4, under the names this module has always offered.
 from specdec.verify import (accepts, beta, greedy_step, lenient_greedy_step,  # noqa: F401
                             num_accepted, residual, speculative_step)
@@ -452,3 +452,19 @@ def autoregressive_sample(target: DecodeModel, inputs: Array, rng: Array, *,
   return _autoregressive_jit(target, inputs, rng, max_new_tokens=int(max_new_tokens),
                              sampling=sampling.normalized(target.vocab_size),
                              eos_id=None if eos_id is None else int(eos_id))
+
+
+def speculative_loop(target: DecodeModel, draft: Any, inputs: Array, rng: Array, *,
+                     gamma: Union[int, AutoGamma], max_new_tokens: int,
+                     sampling: SamplingConfig = SamplingConfig(),
+                     eos_id: Optional[int] = None) -> SampleOutput:
+  """`speculative_sample`'s compiled loop (Algorithm 1), also for a rule that never
+  drafts, which `speculative_sample` hands to the baseline's loop instead: here every
+  iteration of such a rule runs the speculative loop at gamma 0. That is what a gamma-0
+  iteration costs inside a decode that drafts (`specdec.costs.iteration_costs`). Same
+  arguments and output as `speculative_sample`, which checks them; this does not.
+  """
+  return _speculative_jit(target, draft, inputs, rng, gamma=gamma,
+                          max_new_tokens=int(max_new_tokens),
+                          sampling=sampling.normalized(target.vocab_size),
+                          eos_id=None if eos_id is None else int(eos_id))

@@ -55,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import checkpoints
+from specdec.io import load_t5x
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
 from specdec.models import t5x_decoder
@@ -230,7 +230,7 @@ def insert_draft_checkpoint(state_dict: Mapping[str, Any],
 
   T5X calls it (in `RestoreCheckpointConfig.state_transformation_fns`) with the state
   read from the target checkpoint; it adds the draft's `target` tree, read with
-  `specdec.checkpoints.load_t5x(path, dtype=dtype)`, under
+  `specdec.io.load_t5x(path, dtype=dtype)`, under
   `state_dict['target'][DRAFT_KEY]`; T5X then shards it with the rest. T5X casts only
   the arrays it reads itself (`RestoreCheckpointConfig.dtype`), not arrays a
   transformation returns: give the same `dtype` here (configs/runs/infer.gin does).
@@ -259,7 +259,7 @@ def insert_draft_checkpoint(state_dict: Mapping[str, Any],
                      'and SpeculativeDecoderOnlyModel')
   if DRAFT_KEY in state_dict.get('target', {}):
     return dict(state_dict)
-  draft = checkpoints.load_t5x(os.fspath(path), dtype=dtype)
+  draft = load_t5x(os.fspath(path), dtype=dtype)
   _check_shapes(path, draft, expected[DRAFT_KEY])
   return {**state_dict, 'target': {**state_dict['target'], DRAFT_KEY: draft}}
 
@@ -423,8 +423,8 @@ def _check_pair(target: Any, draft: Any) -> None:
 def _draft_params(path: str, config: Any) -> PyTree:
   # Read once per process: T5X calls the decode_fn at every trace.
   if isinstance(config, t5.T5Config):
-    return checkpoints.load_t5x(path, config, dtype=config.dtype)
-  params = checkpoints.load_t5x(path, dtype=config.dtype)
+    return load_t5x(path, config, dtype=config.dtype)
+  params = load_t5x(path, dtype=config.dtype)
   _check_shapes(path, params, t5x_decoder.param_shapes(config))
   return params
 

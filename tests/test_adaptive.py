@@ -14,7 +14,7 @@ import pytest
 
 import specdec
 from specdec import adaptive, sample as sample_lib, theory
-from specdec.bench import measure
+from specdec.costs import forced_rule
 from specdec.adaptive import AutoGamma, StepCosts
 from specdec.distributions import SamplingConfig
 from test_sample import (CHI2_PVALUE, GREEDY, bigram_model, chi_square_pvalue,
@@ -434,14 +434,14 @@ def test_costs_record_the_temperature_their_iterations_were_timed_at(tmp_path):
 def test_forced_rule_runs_the_adaptive_loop_at_one_gamma():
   target_table, draft_table = varying_tables()
   for g in (0, 3):  # the plain-step branch and a drafting one
-    rule = measure.forced_rule((0, 1, 3), g)
+    rule = forced_rule((0, 1, 3), g)
     out = specdec.speculative_sample(
         bigram_model(target_table), bigram_model(draft_table), jnp.ones((2, 1), jnp.int32),
         jax.random.key(0), gamma=rule, max_new_tokens=12, sampling=SamplingConfig(1.0))
     counts = np.asarray(out.stats.gamma_counts)
     assert counts[:, [0, 1, 3].index(g)].sum() == counts.sum() > 0, (g, counts)
   with pytest.raises(ValueError, match="gamma 2"):
-    measure.forced_rule((0, 1, 3), 2)
+    forced_rule((0, 1, 3), 2)
 
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after

@@ -11,6 +11,7 @@ from specdec.models import llama
 from t5_helpers import random_inputs, tiny_model
 
 from specdec.bench import identity as bench_identity  # pylint: disable=g-bad-import-order
+from specdec.data import lm_prompts  # pylint: disable=g-bad-import-order
 
 GAMMA, MAX_NEW_TOKENS = 2, 8
 T5_EOS = 1
@@ -81,7 +82,7 @@ def test_lm_prompts_fit_alternate_tasks_and_leave_them_out_of_the_corpus(lm_work
   tok = ByteTokenizer()
   prompts, messages, corpus = bench_identity.lm_prompts(
       tok, ["cnndm", "wmt_ende"], 3, MAX_PROMPT)
-  np.testing.assert_array_equal(inputs, bench_identity.right_pad(prompts, LM_PAD))
+  np.testing.assert_array_equal(inputs, lm_prompts.right_pad(prompts, LM_PAD))
   assert [m.split(":")[0] for m in messages] == ["Summarize", "Translate to German",
                                                   "Summarize"]
   for p, row in zip(prompts, inputs):
@@ -176,12 +177,12 @@ def test_generated_mask_top2_gap_fitting_prefix_and_right_pad():
   assert bench_identity.fitting_prefix("A b. C d. E f.", fits(9)) == "A b. C d."
   assert bench_identity.fitting_prefix("A b. C d. E f.", fits(3)) == "A"
   assert bench_identity.fitting_prefix("A b. C d.", fits(0)) is None
-  np.testing.assert_array_equal(bench_identity.right_pad([[5, 6], [7]], 2),
+  np.testing.assert_array_equal(lm_prompts.right_pad([[5, 6], [7]], 2),
                                 [[5, 6], [7, 2]])
   with pytest.raises(ValueError, match="ends with pad_id"):
-    bench_identity.right_pad([[5, 2]], 2)
+    lm_prompts.right_pad([[5, 2]], 2)
   with pytest.raises(ValueError, match="no pad_id"):
-    bench_identity.right_pad([[5, 6], [7]], None)
+    lm_prompts.right_pad([[5, 6], [7]], None)
   with pytest.raises(ValueError, match="lm_drafts: unknown draft 'trigram'"):
     bench_identity.lm_workload("tiny", ["trigram"], ["cnndm"], 1, MAX_PROMPT,
                                load_lm=load_tiny_lm)

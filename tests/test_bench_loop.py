@@ -1,4 +1,4 @@
-"""measure.loop_costs and `python -m specdec.bench loop` on tiny random Llamas: the
+"""`bench.loop.loop_costs` and `python -m specdec.bench loop` on tiny random Llamas: the
 decode loop timed against its parts (the numbers are a benchmark's; here their
 bookkeeping)."""
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 from specdec.bench import loop as bench_loop
-from specdec.bench import measure as benchmarking
+from specdec.costs import speculative_decoder
 from specdec.distributions import SamplingConfig
 from specdec.models import llama
 
@@ -35,8 +35,8 @@ PROMPT = [5, 17, 33, 8, 61]
 def test_a_draft_equal_to_the_target_takes_gamma_plus_one_tokens_per_iteration(pair):
   target, _ = pair
   gamma, new = 2, 7
-  r = benchmarking.loop_costs(target, target, jnp.asarray([PROMPT]), gamma, new,
-                              GREEDY, jax.random.key(0), rounds=1, repeats=1)
+  r = bench_loop.loop_costs(target, target, jnp.asarray([PROMPT]), gamma, new,
+                            GREEDY, jax.random.key(0), rounds=1, repeats=1)
   # Every draft token is accepted: 3 tokens per iteration, the last iteration cut.
   assert r["tokens"] == new
   assert r["iterations"] == math.ceil(new / (gamma + 1))
@@ -49,10 +49,10 @@ def test_loop_costs_bookkeeping(pair):
   gamma, new = 3, 6
   key = jax.random.key(1)
   for sampling in (GREEDY, SamplingConfig(temperature=1.0)):
-    r = benchmarking.loop_costs(target, draft, jnp.asarray([PROMPT]), gamma, new,
-                                sampling, key, rounds=1, repeats=1)
-    out = benchmarking.speculative_decoder(target, draft, gamma, new, sampling,
-                                           None)(jnp.asarray([PROMPT]), key)
+    r = bench_loop.loop_costs(target, draft, jnp.asarray([PROMPT]), gamma, new,
+                              sampling, key, rounds=1, repeats=1)
+    out = speculative_decoder(target, draft, gamma, new, sampling,
+                              None)(jnp.asarray([PROMPT]), key)
     assert r["iterations"] == int(out.stats.iterations[0])
     assert r["tokens"] == new
     # On a tiny model the differences of timings are noise around 0; their
@@ -73,8 +73,8 @@ def test_loop_costs_bookkeeping(pair):
 def test_loop_costs_wants_one_row(pair):
   target, draft = pair
   with pytest.raises(ValueError, match="inputs"):
-    benchmarking.loop_costs(target, draft, jnp.asarray([PROMPT, PROMPT]), 2, 4,
-                            GREEDY, jax.random.key(0))
+    bench_loop.loop_costs(target, draft, jnp.asarray([PROMPT, PROMPT]), 2, 4,
+                          GREEDY, jax.random.key(0))
 
 
 @pytest.mark.slow  # The benchmark command end to end; runs after the default suite.

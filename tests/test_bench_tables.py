@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from specdec import theory
-from specdec.bench import drafts, measure, report, tables, workloads
+from specdec.bench import drafts, report, tables, workloads
+from specdec.bench.alpha import teacher_forced_alpha, teacher_forced_betas
+from specdec.data.lm_prompts import right_pad
 from specdec.distributions import SamplingConfig
 from specdec.models import llama
 from specdec.sample import autoregressive_sample
@@ -115,14 +117,14 @@ def tiny_llama(seed, **overrides):
 
 def test_teacher_forced_alpha_is_teacher_forced_betas_with_the_target_pass_shared():
   target, other = tiny_llama(1), tiny_llama(5)
-  x = jnp.asarray(measure.right_pad([[5, 9, 3]], PAD, length=6))
+  x = jnp.asarray(right_pad([[5, 9, 3]], PAD, length=6))
   sampling = SamplingConfig(temperature=1.0)
   out = autoregressive_sample(target, x, jax.random.key(0), max_new_tokens=4,
                               sampling=sampling, eos_id=EOS)
-  shared = measure.teacher_forced_alpha(target, {"other": other, "self": target}, x,
-                                        out.tokens, out.lengths, sampling)
-  alone = measure.teacher_forced_betas(target, other, x, out.tokens, out.lengths,
-                                       sampling)
+  shared = teacher_forced_alpha(target, {"other": other, "self": target}, x,
+                                out.tokens, out.lengths, sampling)
+  alone = teacher_forced_betas(target, other, x, out.tokens, out.lengths,
+                               sampling)
   for a, b in zip(shared["other"], alone):
     np.testing.assert_allclose(a, b, atol=1e-6)
     assert np.all(a < 0.999)
@@ -135,7 +137,7 @@ def test_target_output_corpus_is_the_start_token_then_the_greedy_output():
   target = tiny_llama(1)
   rows = [[5, 6, 3], [7, 8, 9, 3]]
   corpus = drafts.target_output_corpus(target, rows, EOS, 4, batch=2)
-  out = autoregressive_sample(target, jnp.asarray(measure.right_pad(rows, PAD)),
+  out = autoregressive_sample(target, jnp.asarray(right_pad(rows, PAD)),
                               jax.random.key(0), max_new_tokens=4,
                               sampling=SamplingConfig(temperature=0.0), eos_id=EOS)
   for seq, tokens, length in zip(corpus, np.asarray(out.tokens),
@@ -177,9 +179,9 @@ def test_toy_workloads_and_right_pad():
   w = workloads.load("toy_t5", 3)
   assert w.inputs.shape == (3, 8) and np.all(w.inputs[:, -1] == 1)
   assert w.target.vocab_size == w.drafts["draft"].vocab_size == 64
-  np.testing.assert_array_equal(measure.right_pad([[5, 6], [7]], 2), [[5, 6], [7, 2]])
+  np.testing.assert_array_equal(right_pad([[5, 6], [7]], 2), [[5, 6], [7, 2]])
   with pytest.raises(ValueError, match="ends with pad_id"):
-    measure.right_pad([[5, 2]], 2)
+    right_pad([[5, 2]], 2)
   with pytest.raises(ValueError, match="num"):
     workloads.load("toy_t5", 0)
 

@@ -1,23 +1,25 @@
-"""specdec.benchmarking and specdec.tables (aliases of specdec.bench.measure and
-specdec.bench.report): buckets, paired timings and the paper's layouts from a fixed
-result; `python -m specdec.bench tables` itself is tested in test_bench_tables.py."""
+"""specdec.bench.inputs, specdec.bench.timing and specdec.bench.report: buckets,
+paired timings and the paper's layouts from a fixed result; `python -m specdec.bench
+tables` itself is tested in test_bench_tables.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from specdec import benchmarking, tables
+from specdec.bench import report
+from specdec.bench.inputs import bucket_lengths, pad_to_bucket
+from specdec.bench.timing import time_decodes_paired
 
 
 def test_buckets_pad_and_reject():
-  assert benchmarking.bucket_lengths(128) == (16, 32, 64, 128)
-  assert benchmarking.bucket_lengths(48) == (16, 32, 48)
-  np.testing.assert_array_equal(benchmarking.pad_to_bucket([5, 6, 1], (4, 8)),
+  assert bucket_lengths(128) == (16, 32, 64, 128)
+  assert bucket_lengths(48) == (16, 32, 48)
+  np.testing.assert_array_equal(pad_to_bucket([5, 6, 1], (4, 8)),
                                 [[5, 6, 1, 0]])
-  assert benchmarking.pad_to_bucket(list(range(1, 6)), (4, 8)).shape == (1, 8)
+  assert pad_to_bucket(list(range(1, 6)), (4, 8)).shape == (1, 8)
   with pytest.raises(ValueError, match="ids"):
-    benchmarking.pad_to_bucket(list(range(9)), (4, 8))
+    pad_to_bucket(list(range(9)), (4, 8))
 
 
 def _row(task, temp, draft, gamma, speedup, alpha=0.5, **kw):
@@ -43,7 +45,7 @@ FIXED = dict(
 
 
 def test_table2_from_fixed_json():
-  assert tables.table2(FIXED) == (
+  assert report.table2(FIXED) == (
       "| task | temp | draft (gamma / alpha / speed-up) | bigram (gamma / alpha / speed-up) |\n"
       "|---|---|---|---|\n"
       "| wmt | 0 | 2 / 0.75 / 1.50x | 1 / 0.20 / 1.10x |\n"
@@ -51,10 +53,10 @@ def test_table2_from_fixed_json():
 
 
 def test_table3_and_table4_from_fixed_json():
-  assert tables.table3(FIXED) == (
+  assert report.table3(FIXED) == (
       "| draft | wmt T=0 | wmt T=1 |\n|---|---|---|\n"
       "| draft | 0.750 | 0.625 |\n| bigram | 0.200 | 0.125 |")
-  lines = tables.table4(FIXED).split("\n")
+  lines = report.table4(FIXED).split("\n")
   assert lines[0].startswith("| task | draft | temp | gamma | alpha | c | v | speed-up |")
   assert lines[2] == ("| wmt | draft | 0 | 2 | 0.50 | 0.100 | 1.20 | 1.50x | 1.40x | "
                       "1.10x | 1.36 |")
@@ -81,7 +83,7 @@ def test_paired_decode_timing_returns_each_decoders_outputs():
     return decode
 
   inputs = [jnp.full((1, 2), i, jnp.int32) for i in range(3)]
-  timed = benchmarking.time_decodes_paired(
+  timed = time_decodes_paired(
       dict(slow=fake(4, 0.02), fast=fake(2, 0.0)), inputs, jax.random.key(0), repeats=2)
   assert list(timed) == ["slow", "fast"]
   (slow_s, slow_out), (fast_s, fast_out) = timed["slow"], timed["fast"]
@@ -90,5 +92,5 @@ def test_paired_decode_timing_returns_each_decoders_outputs():
   # 3 inputs x >= 20 ms over 12 tokens.
   assert slow_s >= 3 * 0.02 / 12 and fast_s < slow_s
   with pytest.raises(ValueError, match="repeats"):
-    benchmarking.time_decodes_paired(dict(fast=fake(2, 0.0)), inputs, jax.random.key(0),
-                                     repeats=0)
+    time_decodes_paired(dict(fast=fake(2, 0.0)), inputs, jax.random.key(0),
+                        repeats=0)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import specdec
-from specdec import checkpoints
+from specdec.io.hf import (llama_config_from_hf, llama_config_to_hf, llama_params_from_hf,
+                           llama_params_to_hf, load_hf_llama, save_hf_llama)
 from specdec.models import llama
 
 torch = pytest.importorskip("torch")
@@ -51,7 +52,7 @@ def saved(request, tmp_path_factory):
 
 def test_config_json_as_transformers_writes_it_loads(saved):
   model, path = saved
-  cfg, params = checkpoints.load_hf_llama(path)
+  cfg, params = load_hf_llama(path)
   hf = model.config
   assert cfg == llama.LlamaConfig(
       vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
@@ -67,7 +68,7 @@ def test_logits_and_greedy_tokens_match_transformers(saved):
   """float32 logits within 1e-4 over a 16-token prompt; 16 greedy tokens identical
   to transformers' generate(do_sample=False)."""
   model, path = saved
-  cfg, params = checkpoints.load_hf_llama(path)
+  cfg, params = load_hf_llama(path)
   ours = llama.Llama(cfg, params)
   prompt = np.random.default_rng(1).integers(0, 256, (2, PROMPT_LENGTH))
   with torch.no_grad():
@@ -92,8 +93,8 @@ def test_saved_checkpoints_round_trip_and_load_in_transformers(tmp_path):
     cfg = llama.tiny_config(tie_word_embeddings=tied, rope_theta=20000.0)
     params = llama.random_params(cfg, seed=3)
     path = tmp_path / f"tied_{tied}"
-    checkpoints.save_hf_llama(path, cfg, params)
-    cfg2, params2 = checkpoints.load_hf_llama(path)
+    save_hf_llama(path, cfg, params)
+    cfg2, params2 = load_hf_llama(path)
     assert cfg2 == cfg
     jax.tree.map(np.testing.assert_array_equal, params2, params)
     theirs = transformers.LlamaForCausalLM.from_pretrained(path).eval()
@@ -108,21 +109,21 @@ def test_saved_checkpoints_round_trip_and_load_in_transformers(tmp_path):
 def test_bfloat16_parameters_round_trip(tmp_path):
   cfg = llama.tiny_config()
   params = llama.random_params(cfg, seed=1, dtype=jnp.bfloat16)
-  checkpoints.save_hf_llama(tmp_path, cfg, params)
-  _, loaded = checkpoints.load_hf_llama(tmp_path)
+  save_hf_llama(tmp_path, cfg, params)
+  _, loaded = load_hf_llama(tmp_path)
   assert loaded["layers_0"]["mlp"]["wo"]["kernel"].dtype == jnp.bfloat16
   jax.tree.map(np.testing.assert_array_equal, loaded, params)
-  cfg16, cast = checkpoints.load_hf_llama(tmp_path, dtype=jnp.float32)
+  cfg16, cast = load_hf_llama(tmp_path, dtype=jnp.float32)
   assert cast["final_norm"]["scale"].dtype == np.float32 and cfg16.dtype == jnp.float32
 
 
 def test_transformers_4_config_layout_is_read():
-  hf = checkpoints.llama_config_to_hf(llama.CONFIGS["smollm2_135m"])
+  hf = llama_config_to_hf(llama.CONFIGS["smollm2_135m"])
   del hf["rope_parameters"]
   hf["rope_scaling"] = None
-  assert checkpoints.llama_config_from_hf(hf) == llama.CONFIGS["smollm2_135m"]
+  assert llama_config_from_hf(hf) == llama.CONFIGS["smollm2_135m"]
   hf["rope_theta"] = 123.0
-  assert checkpoints.llama_config_from_hf(hf).rope_theta == 123.0
+  assert llama_config_from_hf(hf).rope_theta == 123.0
 
 
 @pytest.mark.parametrize("change,name", [
@@ -134,15 +135,15 @@ def test_transformers_4_config_layout_is_read():
     (dict(vocab_size=None), "vocab_size"),
 ])
 def test_unsupported_configs_raise_errors_naming_the_key(change, name):
-  hf = dict(checkpoints.llama_config_to_hf(llama.tiny_config()), **change)
+  hf = dict(llama_config_to_hf(llama.tiny_config()), **change)
   if change.get("vocab_size", 0) is None:
     del hf["vocab_size"]
   with pytest.raises(ValueError, match=name):
-    checkpoints.llama_config_from_hf(hf)
+    llama_config_from_hf(hf)
 
 
 def _tensors(cfg):
-  return checkpoints.llama_params_to_hf(llama.random_params(cfg), cfg)
+  return llama_params_to_hf(llama.random_params(cfg), cfg)
 
 
 def test_bad_tensors_raise_errors_naming_the_tensor_and_shapes():
@@ -151,16 +152,16 @@ def test_bad_tensors_raise_errors_naming_the_tensor_and_shapes():
   missing = dict(tensors)
   del missing["model.layers.1.mlp.up_proj.weight"]
   with pytest.raises(ValueError, match=r"missing key 'model\.layers\.1\.mlp\.up_proj"):
-    checkpoints.llama_params_from_hf(missing, cfg)
+    llama_params_from_hf(missing, cfg)
   extra = dict(tensors, **{"model.layers.0.self_attn.q_proj.bias": np.zeros(32)})
   with pytest.raises(ValueError, match=r"unexpected key 'model\.layers\.0\.self_attn"):
-    checkpoints.llama_params_from_hf(extra, cfg)
+    llama_params_from_hf(extra, cfg)
   wrong = dict(tensors, **{"model.layers.0.self_attn.k_proj.weight": np.zeros((32, 32))})
   with pytest.raises(ValueError, match=r"k_proj.*\(32, 32\).*\(16, 32\)"):
-    checkpoints.llama_params_from_hf(wrong, cfg)
+    llama_params_from_hf(wrong, cfg)
   # Old checkpoints' rotary buffers are not weights: ignored.
   old = dict(tensors, **{"model.layers.0.self_attn.rotary_emb.inv_freq": np.zeros(4)})
-  checkpoints.llama_params_from_hf(old, cfg)
+  llama_params_from_hf(old, cfg)
 
 
 def test_a_tied_config_accepts_only_a_copy_of_the_embedding_as_lm_head():
@@ -168,18 +169,18 @@ def test_a_tied_config_accepts_only_a_copy_of_the_embedding_as_lm_head():
   tensors = _tensors(cfg)
   assert "lm_head.weight" not in tensors
   copy = dict(tensors, **{"lm_head.weight": tensors["model.embed_tokens.weight"]})
-  checkpoints.llama_params_from_hf(copy, cfg)
+  llama_params_from_hf(copy, cfg)
   other = dict(tensors, **{"lm_head.weight": tensors["model.embed_tokens.weight"] + 1})
   with pytest.raises(ValueError, match="lm_head.weight"):
-    checkpoints.llama_params_from_hf(other, cfg)
+    llama_params_from_hf(other, cfg)
 
 
 def test_load_errors_name_the_path(tmp_path):
   with pytest.raises(ValueError, match="config.json"):
-    checkpoints.load_hf_llama(tmp_path)
+    load_hf_llama(tmp_path)
   (tmp_path / "config.json").write_text(json.dumps(
-      checkpoints.llama_config_to_hf(llama.tiny_config())))
+      llama_config_to_hf(llama.tiny_config())))
   with pytest.raises(ValueError, match="model.safetensors"):
-    checkpoints.load_hf_llama(tmp_path)
+    load_hf_llama(tmp_path)
   with pytest.raises(ValueError, match="missing key 'final_norm/scale'"):
-    checkpoints.llama_params_to_hf({"nope": np.zeros(3)}, llama.tiny_config())
+    llama_params_to_hf({"nope": np.zeros(3)}, llama.tiny_config())

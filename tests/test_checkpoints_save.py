@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import serialization
 
-from specdec import checkpoints
+from specdec.io.t5x import load_t5x, save_t5x
 from specdec.models import t5
 
 
@@ -16,9 +16,9 @@ from specdec.models import t5
 def test_save_then_load_round_trips(tmp_path, dtype):
   cfg = t5.tiny_config()
   params = jax.tree.map(lambda x: np.asarray(x, dtype), t5.random_params(cfg, 3))
-  path = checkpoints.save_t5x(tmp_path, params, step=7)
+  path = save_t5x(tmp_path, params, step=7)
   assert path == os.path.join(tmp_path, "checkpoint_7")
-  loaded = checkpoints.load_t5x(tmp_path, cfg)  # The model dir: its latest step.
+  loaded = load_t5x(tmp_path, cfg)  # The model dir: its latest step.
   flat_a = jax.tree_util.tree_leaves_with_path(params)
   flat_b = dict(jax.tree_util.tree_leaves_with_path(loaded))
   assert len(flat_a) == len(flat_b)
@@ -30,7 +30,7 @@ def test_save_then_load_round_trips(tmp_path, dtype):
 
 def test_the_layout_is_t5x_legacy(tmp_path):
   cfg = t5.tiny_config()
-  path = checkpoints.save_t5x(tmp_path, t5.random_params(cfg, 0), step=3)
+  path = save_t5x(tmp_path, t5.random_params(cfg, 0), step=3)
   with open(os.path.join(path, "checkpoint"), "rb") as f:
     contents = serialization.msgpack_restore(f.read())
   assert contents["version"] == 3
@@ -45,4 +45,4 @@ def test_the_layout_is_t5x_legacy(tmp_path):
 
 def test_bad_step_is_refused(tmp_path):
   with pytest.raises(ValueError, match="step"):
-    checkpoints.save_t5x(tmp_path, {}, step=-1)
+    save_t5x(tmp_path, {}, step=-1)

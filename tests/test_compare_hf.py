@@ -128,7 +128,7 @@ def lm_pair(tmp_path_factory):
   that the greedy decode of prompt 0 first reaches at its third token or later (so
   stopping is exercised) with the length it stops at."""
   import jax  # pylint: disable=g-import-not-at-top
-  from specdec import checkpoints  # pylint: disable=g-import-not-at-top
+  from specdec.io.hf import save_hf_llama  # pylint: disable=g-import-not-at-top
   from specdec.models import llama  # pylint: disable=g-import-not-at-top
   models = []
   for seed, layers in ((1, 2), (2, 1)):
@@ -136,7 +136,7 @@ def lm_pair(tmp_path_factory):
     model = llama.Llama(cfg, jax.device_put(llama.random_params(cfg, seed=seed)),
                         pad_id=LM_PAD)
     path = tmp_path_factory.mktemp(f"llama{seed}")
-    checkpoints.save_hf_llama(path, cfg, model.params)
+    save_hf_llama(path, cfg, model.params)
     models.append((model, compare_hf.load_hf_llama(path, model)))
   (target, hf_target), (draft, hf_draft) = models
   prompts = compare_hf.pad_prompts(_lm_prompts(), LM_PAD, LM_PAD_MULTIPLE)
@@ -149,7 +149,7 @@ def lm_pair(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lm_result(lm_pair):
-  from specdec.models import lookup  # pylint: disable=g-import-not-at-top
+  from specdec.drafts import lookup  # pylint: disable=g-import-not-at-top
   target, draft, hf_target, hf_draft, prompts, (eos, _) = lm_pair
   return compare_hf.run_comparison(target, draft, hf_target, hf_draft, prompts,
                                    gamma=GAMMA, max_new_tokens=MAX_NEW, repeats=1,
@@ -209,9 +209,9 @@ def test_lm_hf_tokens_drop_the_prompt():
 
 def test_load_hf_llama_refuses_other_weights(lm_pair, tmp_path):
   import jax  # pylint: disable=g-import-not-at-top
-  from specdec import checkpoints  # pylint: disable=g-import-not-at-top
+  from specdec.io.hf import save_hf_llama  # pylint: disable=g-import-not-at-top
   draft = lm_pair[1]
-  checkpoints.save_hf_llama(tmp_path, draft.config, draft.params)
+  save_hf_llama(tmp_path, draft.config, draft.params)
   other = draft.replace(params=jax.tree.map(lambda x: x + 1e-3, draft.params))
   with pytest.raises(ValueError, match="differently from the specdec model's weights"):
     compare_hf.load_hf_llama(tmp_path, other)

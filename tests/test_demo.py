@@ -1,18 +1,20 @@
 """The README's main job runs end to end (tiny settings): `python -m specdec.bench
-demo` (`specdec.bench.demo`) and its alias `specdec.demo`."""
+demo` (`specdec.bench.demo`)."""
 
 import json
 
 import pytest
 
-from specdec import adaptive, demo, lm_prompts, pretrained
+from specdec import adaptive, pretrained
 from specdec.bench import demo as bench_demo
+from specdec.data import lm_prompts
 
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_demo_runs_on_two_sentences(tmp_path):
-  result = demo.run("multi30k_ende", num_sentences=2, gamma=2, max_new_tokens=8,
-                    input_length=48, repeats=1, seed=0, progress=False)
+  result = bench_demo.run_t5("multi30k_ende", num_sentences=2, gamma=2,
+                             max_new_tokens=8, input_length=48, repeats=1, seed=0,
+                             progress=False)
   # Per temperature: the fixed gamma, then AutoGamma, timed beside one baseline.
   assert [r["temperature"] for r in result["rows"]] == [0.0, 0.0, 1.0, 1.0]
   # Each temperature runs the shipped draft of the higher measured alpha.
@@ -33,9 +35,9 @@ def test_the_demo_runs_on_two_sentences(tmp_path):
     assert row["speedup"] > 0 and row["predicted_speedup"] > 0
     assert row["nonfinite_positions"] == 0
   assert len(result["examples"]) == 2
-  table = demo.format_table(result)
+  table = bench_demo.format_table(result)
   assert "meas/pred" in table and "| auto " in table
-  demo.save_plot(result, str(tmp_path / "plot.png"))
+  bench_demo.save_plot(result, str(tmp_path / "plot.png"))
   assert (tmp_path / "plot.png").stat().st_size > 1000
   json.dumps(result)
 
@@ -75,8 +77,8 @@ def test_the_decoder_only_part_runs_with_tiny_models(monkeypatch):
 
   monkeypatch.setattr(pretrained, "auto_gamma", auto_gamma)
   prompts = ["a short prompt", "another prompt", "third"]
-  result = demo.run_lm("tiny_lm", num_prompts=2, gamma=None, max_new_tokens=6,
-                       repeats=1, seed=0, progress=False, prompts=prompts)
+  result = bench_demo.run_lm("tiny_lm", num_prompts=2, gamma=None, max_new_tokens=6,
+                             repeats=1, seed=0, progress=False, prompts=prompts)
   # Per temperature one row per draft, each at its own gamma from the card, then
   # AutoGamma with the first draft on the pair's costs at batch 1.
   assert [r["temperature"] for r in result["rows"]] == [0.0] * 3 + [1.0] * 3
@@ -86,8 +88,9 @@ def test_the_decoder_only_part_runs_with_tiny_models(monkeypatch):
   assert rules == [("tiny_lm", 0.0, 1, "draft+lookup"), ("tiny_lm", 1.0, 1,
                                                          "draft+lookup")]
   assert sum(result["rows"][2]["gamma_histogram"].values()) > 0
-  without = demo.run_lm("tiny_lm", num_prompts=1, gamma=None, max_new_tokens=4,
-                        repeats=1, seed=0, progress=False, prompts=prompts, auto=False)
+  without = bench_demo.run_lm("tiny_lm", num_prompts=1, gamma=None, max_new_tokens=4,
+                              repeats=1, seed=0, progress=False, prompts=prompts,
+                              auto=False)
   assert [r["gamma"] for r in without["rows"]] == [4, 3, 1, 2]
   assert result["num_prompts"] == 2 and result["packed_weights"]
   assert all(r["identical_to_baseline"] for r in result["rows"][:2])
@@ -95,8 +98,8 @@ def test_the_decoder_only_part_runs_with_tiny_models(monkeypatch):
   assert result["rows"][0]["baseline_ms_per_token"] == result["rows"][1][
       "baseline_ms_per_token"]
   with pytest.raises(ValueError, match="drafts"):
-    demo.run_lm("tiny_lm", num_prompts=1, gamma=None, max_new_tokens=6, repeats=1,
-                seed=0, progress=False, drafts=("draft_full",))
+    bench_demo.run_lm("tiny_lm", num_prompts=1, gamma=None, max_new_tokens=6, repeats=1,
+                      seed=0, progress=False, drafts=("draft_full",))
   for row in result["rows"]:
     assert row["speedup"] > 0
     if row["gamma"] != "auto":
@@ -104,7 +107,7 @@ def test_the_decoder_only_part_runs_with_tiny_models(monkeypatch):
   # Both prompts fit one pad bucket: one compiled decode per decoder and temperature.
   assert [e["prompt"] for e in result["examples"]] == ["a short prompt",
                                                        "another prompt"]
-  assert "meas/pred" in demo.format_table(result)
+  assert "meas/pred" in bench_demo.format_table(result)
   json.dumps(result)
   text = bench_demo.render({"tiny_lm": result})
   assert "PROMPT  a short prompt" in text and "identical to the baseline: yes" in text
@@ -135,7 +138,7 @@ def test_the_demo_config_is_checked():
 
 
 def test_lm_inputs_pad_each_prompt_to_a_bucket_with_the_pad_id():
-  inputs = demo.lm_inputs(_ByteTokenizer(), ["x", "y" * 40], pad_id=1)
+  inputs = bench_demo.lm_inputs(_ByteTokenizer(), ["x", "y" * 40], pad_id=1)
   assert [x.shape for x in inputs] == [(1, 32), (1, 46)]  # 7 and 46 bytes
   assert int(inputs[0][0, -1]) == 1 and int(inputs[1][0, -1]) != 1
 
@@ -149,8 +152,8 @@ def test_the_demo_runs_the_shipped_decoder_only_pair():
     pretrained.lm_path()
   except FileNotFoundError as e:
     pytest.skip(str(e))
-  result = demo.run_lm("smollm2_135m_instruct", num_prompts=1, gamma=2,
-                       max_new_tokens=6, repeats=1, seed=0, progress=False)
+  result = bench_demo.run_lm("smollm2_135m_instruct", num_prompts=1, gamma=2,
+                             max_new_tokens=6, repeats=1, seed=0, progress=False)
   assert result["packed_weights"] and result["num_prompts"] == 1
   assert [r["draft"] for r in result["rows"]] == ["draft+lookup", "draft",
                                                   "draft+lookup"] * 2

@@ -1,4 +1,4 @@
-"""specdec.models.eagle: a draft that reads the target's features, and Algorithm 1
+"""specdec.drafts.eagle: a draft that reads the target's features, and Algorithm 1
 driving it (the loop feeds it the target's features of every committed position).
 
 Statistical tests use fixed seeds, so they are deterministic; each states the
@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import specdec
+from specdec.costs import step_costs
 from specdec.distributions import SamplingConfig
-from specdec import benchmarking
-from specdec.models import eagle, llama
+from specdec.drafts import eagle
+from specdec.models import llama
 from test_llama import (NUM_NEW, STAT_PROMPT, assert_greedy_identity,
                         exact_llama_distribution, ragged_inputs, tiny_model)
 from test_sample import CHI2_PVALUE, chi_square_pvalue
@@ -92,7 +93,7 @@ def test_packed_feature_draft_gives_the_unpacked_logits():
   draft = feature_draft(target)
   packed = draft.with_packed_weights()
   if packed.packed is None:
-    pytest.skip("specdec.kernels is not enabled here")
+    pytest.skip("specdec.backends.cpu is not enabled here")
   x = jnp.asarray(np.random.default_rng(2).integers(1, 64, (1, 6)), jnp.int32)
   feats = jnp.asarray(np.random.default_rng(3).normal(size=(1, 5, 32)), jnp.float32)
   def step(model):
@@ -270,6 +271,6 @@ def test_step_costs_time_a_feature_draft():
   target = tiny_model(0, pad_id=None)
   draft = feature_draft(target)
   x = jnp.asarray(np.random.default_rng(0).integers(1, 64, (1, 5)), jnp.int32)
-  costs = benchmarking.step_costs(target, draft, x, 3, 16, repeats=1, steps=2,
-                                  rounds=1)
+  costs = step_costs(target, draft, x, 3, 16, repeats=1, steps=2,
+                     rounds=1)
   assert costs["t_q"] > 0 and costs["c"] == costs["t_q"] / costs["t_p1"]

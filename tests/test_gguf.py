@@ -8,8 +8,8 @@ import pytest
 
 gguf = pytest.importorskip('gguf')
 
-from specdec import checkpoints  # noqa: E402
 from specdec.io import gguf as G  # noqa: E402
+from specdec.io.hf import llama_params_from_hf  # noqa: E402
 from specdec.models import llama  # noqa: E402
 
 # A tiny llama: rows of 64 values (two 32-value quantization blocks), grouped-query
@@ -217,7 +217,7 @@ def test_load_gguf_gives_the_llama_config_and_parameter_tree(tiny_file):
       num_kv_heads=2, head_dim=16, rope_theta=10000.0, rms_norm_eps=1e-5,
       tie_word_embeddings=False, max_position_embeddings=128)
   reader = G.open_gguf(tiny_file)
-  expected = checkpoints.llama_params_from_hf(
+  expected = llama_params_from_hf(
       G.hf_tensors(reader, G.hf_config(reader)), cfg)
   flat = lambda t: {'/'.join(k): v for k, v in _flatten(t)}
   assert flat(params).keys() == flat(expected).keys()
@@ -315,8 +315,3 @@ def test_a_non_gguf_or_truncated_file_is_a_value_error_naming_the_path(tmp_path,
   with pytest.raises(ValueError, match='no such GGUF file'):
     G.load_gguf(tmp_path / 'absent.gguf')
 
-
-def test_load_gguf_is_reexported_by_checkpoints():
-  if not hasattr(checkpoints, 'load_gguf'):
-    pytest.skip('specdec.checkpoints does not re-export load_gguf yet')
-  assert checkpoints.load_gguf is G.load_gguf

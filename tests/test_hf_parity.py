@@ -1,6 +1,6 @@
 """Parity with a peer implementation: Hugging Face transformers' PyTorch T5.
 
-The same random weights, exported with `checkpoints.export_hf`, in
+The same random weights, exported with `specdec.io.hf.export_hf`, in
 `T5ForConditionalGeneration` (v1.0 and v1.1 tiny configs) give the logits of
 `t5.Transformer` and of the chunked `T5.extend` within 1e-4.
 """
@@ -14,7 +14,8 @@ torch = pytest.importorskip(
 transformers = pytest.importorskip(
     'transformers', reason='parity with transformers needs transformers (the `hf` extra)')
 
-from specdec import checkpoints  # pylint: disable=g-import-not-at-top
+# pylint: disable-next=g-import-not-at-top
+from specdec.io.hf import export_hf, hf_config, save_hf
 from specdec.models import t5
 from t5_helpers import (MAX_LENGTH, encode, extend, full_logits, init, rewind,
                         standard_batch, tiny_model)
@@ -25,7 +26,7 @@ ATOL = 1e-4
 def _hf_model(model: t5.T5):
   """The transformers model holding `model`'s weights."""
   cfg = model.config
-  config = transformers.T5Config(**{k: v for k, v in checkpoints.hf_config(cfg).items()
+  config = transformers.T5Config(**{k: v for k, v in hf_config(cfg).items()
                                     if k not in ('architectures', 'model_type')})
   hf = transformers.T5ForConditionalGeneration(config)
   if not cfg.logits_via_embedding:
@@ -33,7 +34,7 @@ def _hf_model(model: t5.T5):
     # v1.1's output layer is its own parameter.
     hf.lm_head.weight = torch.nn.Parameter(torch.empty_like(hf.lm_head.weight))
   state = {k: torch.from_numpy(np.array(v))
-           for k, v in checkpoints.export_hf(model.params, cfg).items()}
+           for k, v in export_hf(model.params, cfg).items()}
   missing, unexpected = hf.load_state_dict(state, strict=False)
   tied = {'encoder.embed_tokens.weight', 'decoder.embed_tokens.weight'}
   if cfg.logits_via_embedding:
@@ -95,7 +96,7 @@ def test_saved_directory_loads_in_transformers(tmp_path):
   """`save_hf` writes what `from_pretrained` reads (v1.0: tied, as transformers 5
   forces)."""
   model = tiny_model('1.0', seed=2)
-  checkpoints.save_hf(tmp_path, model.params, model.config)
+  save_hf(tmp_path, model.params, model.config)
   hf = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path).eval()
   inputs, decoder_inputs = standard_batch(model)
   np.testing.assert_allclose(full_logits(model, inputs, decoder_inputs),

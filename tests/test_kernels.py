@@ -1,4 +1,4 @@
-"""Tests of specdec.backends.cpu (also importable as specdec.kernels): the packed
+"""Tests of specdec.backends.cpu: the packed
 small-row product against numpy and XLA, and its choice per lowering platform."""
 
 import numpy as np
@@ -7,28 +7,22 @@ import pytest
 import jax
 import jax.numpy as jnp
 
-from specdec import kernels
+from specdec.backends import cpu
 
 
 def _numpy_product(x, w):
   return (np.asarray(x, np.float64) @ np.asarray(w, np.float64)).astype(np.float32)
 
 
-def test_the_former_name_is_the_same_module():
-  import specdec.backends.cpu
-  import specdec.kernels
-  assert kernels is specdec.kernels is specdec.backends.cpu
-
-
 def test_the_kernel_is_built_and_enabled_on_this_cpu():
-  assert kernels.enabled(), 'the CPU kernel should build here (g++ is on the machine)'
-  assert kernels.library_path().is_file()
+  assert cpu.enabled(), 'the CPU kernel should build here (g++ is on the machine)'
+  assert cpu.library_path().is_file()
 
 
 def test_pack_is_tile_major_and_zero_padded():
   w = np.arange(5 * 70, dtype=np.float32).reshape(5, 70)
-  packed = np.asarray(kernels.pack(w))
-  assert packed.shape == (3, 5, kernels.TILE)
+  packed = np.asarray(cpu.pack(w))
+  assert packed.shape == (3, 5, cpu.TILE)
   np.testing.assert_array_equal(packed[1, :, :], w[:, 32:64])
   np.testing.assert_array_equal(packed[2, :, :6], w[:, 64:])
   np.testing.assert_array_equal(packed[2, :, 6:], 0)
@@ -41,9 +35,9 @@ def test_packed_matmul_equals_the_float64_product(rows, k, n):
   rng = np.random.default_rng(rows * 1000 + n)
   x = rng.standard_normal((rows, k), np.float32)
   w = rng.standard_normal((k, n), np.float32)
-  assert kernels.use_kernel(jnp.asarray(x), kernels.pack(w))
-  y = np.asarray(jax.jit(kernels.packed_matmul, static_argnums=2)(
-      x, kernels.pack(w), n))
+  assert cpu.use_kernel(jnp.asarray(x), cpu.pack(w))
+  y = np.asarray(jax.jit(cpu.packed_matmul, static_argnums=2)(
+      x, cpu.pack(w), n))
   expected = _numpy_product(x, w)
   # float32 sums of k terms of size ~1: errors ~ sqrt(k) * 2^-24 * |terms|.
   np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5 * np.sqrt(k))
@@ -53,12 +47,12 @@ def test_leading_axes_and_the_xla_path_agree_with_the_kernel(monkeypatch):
   rng = np.random.default_rng(0)
   x = rng.standard_normal((2, 3, 96), np.float32)
   w = rng.standard_normal((96, 200), np.float32)
-  packed = kernels.pack(w)
-  with_kernel = np.asarray(jax.jit(kernels.packed_matmul, static_argnums=2)(
+  packed = cpu.pack(w)
+  with_kernel = np.asarray(jax.jit(cpu.packed_matmul, static_argnums=2)(
       x, packed, 200))
-  monkeypatch.setenv(kernels.ENV_SWITCH, '0')
-  assert not kernels.use_kernel(jnp.asarray(x), packed)
-  without = np.asarray(jax.jit(kernels.packed_matmul, static_argnums=2)(
+  monkeypatch.setenv(cpu.ENV_SWITCH, '0')
+  assert not cpu.use_kernel(jnp.asarray(x), packed)
+  without = np.asarray(jax.jit(cpu.packed_matmul, static_argnums=2)(
       x, packed, 200))
   assert with_kernel.shape == without.shape == (2, 3, 200)
   np.testing.assert_allclose(with_kernel, without, rtol=0, atol=1e-4)
@@ -67,16 +61,16 @@ def test_leading_axes_and_the_xla_path_agree_with_the_kernel(monkeypatch):
 
 
 def test_more_rows_than_max_rows_use_xla():
-  x = jnp.ones((kernels.MAX_ROWS + 1, 8), jnp.float32)
-  assert not kernels.use_kernel(x, kernels.pack(jnp.ones((8, 8), jnp.float32)))
-  assert not kernels.use_kernel(x[:2].astype(jnp.bfloat16),
-                                kernels.pack(jnp.ones((8, 8), jnp.float32)))
+  x = jnp.ones((cpu.MAX_ROWS + 1, 8), jnp.float32)
+  assert not cpu.use_kernel(x, cpu.pack(jnp.ones((8, 8), jnp.float32)))
+  assert not cpu.use_kernel(x[:2].astype(jnp.bfloat16),
+                            cpu.pack(jnp.ones((8, 8), jnp.float32)))
 
 
 def test_the_kernel_is_in_the_compiled_program():
   x = jnp.ones((4, 64), jnp.float32)
-  packed = kernels.pack(jnp.ones((64, 64), jnp.float32))
-  hlo = jax.jit(kernels.packed_matmul, static_argnums=2).lower(x, packed, 64).as_text()
+  packed = cpu.pack(jnp.ones((64, 64), jnp.float32))
+  hlo = jax.jit(cpu.packed_matmul, static_argnums=2).lower(x, packed, 64).as_text()
   assert 'specdec_packed_matmul' in hlo
 
 
@@ -86,7 +80,7 @@ def test_derivatives_go_through_xla_and_match_the_dense_product():
   w = jnp.asarray(rng.standard_normal((40, 50), np.float32))
 
   def loss_packed(x, w):
-    return jnp.sum(jnp.sin(kernels.packed_matmul(x, kernels.pack(w), 50)))
+    return jnp.sum(jnp.sin(cpu.packed_matmul(x, cpu.pack(w), 50)))
 
   def loss_dense(x, w):
     return jnp.sum(jnp.sin(x @ w))
@@ -101,25 +95,25 @@ def test_vmap_over_the_kernel():
   rng = np.random.default_rng(2)
   x = rng.standard_normal((3, 2, 40), np.float32)
   w = rng.standard_normal((40, 70), np.float32)
-  y = jax.vmap(lambda r: kernels.packed_matmul(r, kernels.pack(w), 70))(x)
+  y = jax.vmap(lambda r: cpu.packed_matmul(r, cpu.pack(w), 70))(x)
   np.testing.assert_allclose(y, np.einsum('bmk,kn->bmn', x, w), rtol=1e-5, atol=1e-4)
 
 
 def test_bad_arguments_name_what_is_wrong():
-  packed = kernels.pack(jnp.ones((8, 40), jnp.float32))
+  packed = cpu.pack(jnp.ones((8, 40), jnp.float32))
   with pytest.raises(ValueError, match='n=100'):
-    kernels.packed_matmul(jnp.ones((1, 8)), packed, 100)
+    cpu.packed_matmul(jnp.ones((1, 8)), packed, 100)
   with pytest.raises(ValueError, match='n=8'):
-    kernels.packed_matmul(jnp.ones((1, 8)), packed, 8)
+    cpu.packed_matmul(jnp.ones((1, 8)), packed, 8)
   with pytest.raises(ValueError, match='features'):
-    kernels.packed_matmul(jnp.ones((1, 9)), packed, 40)
+    cpu.packed_matmul(jnp.ones((1, 9)), packed, 40)
 
 
 def test_a_failed_build_raises_with_the_compiler_output(tmp_path, monkeypatch):
-  monkeypatch.setattr(kernels, 'SOURCES', (tmp_path / 'broken.cc',))
+  monkeypatch.setattr(cpu, 'SOURCES', (tmp_path / 'broken.cc',))
   (tmp_path / 'broken.cc').write_text('this is not C++')
   with pytest.raises(RuntimeError, match='broken.cc'):
-    kernels.build(tmp_path / 'out.so')
+    cpu.build(tmp_path / 'out.so')
   assert not (tmp_path / 'out.so').exists()
 
 
@@ -132,21 +126,21 @@ def _bfloat16_exact(shape, seed):
 
 
 def test_exactly_bfloat16_is_a_bit_test():
-  assert kernels.exactly_bfloat16(_bfloat16_exact((8, 8), 0), jnp.zeros(3))
-  assert not kernels.exactly_bfloat16(jnp.float32(1 / 3))
-  assert not kernels.exactly_bfloat16(_bfloat16_exact((8, 8), 0), jnp.float32(1 / 3))
+  assert cpu.exactly_bfloat16(_bfloat16_exact((8, 8), 0), jnp.zeros(3))
+  assert not cpu.exactly_bfloat16(jnp.float32(1 / 3))
+  assert not cpu.exactly_bfloat16(_bfloat16_exact((8, 8), 0), jnp.float32(1 / 3))
   # Subnormals: 2^-130 has one bit in the high half (exact), 1e-40's low bits are set.
-  assert kernels.exactly_bfloat16(jnp.float32(2.0 ** -130), jnp.float32(-0.0))
-  assert not kernels.exactly_bfloat16(jnp.float32(1e-40))
+  assert cpu.exactly_bfloat16(jnp.float32(2.0 ** -130), jnp.float32(-0.0))
+  assert not cpu.exactly_bfloat16(jnp.float32(1e-40))
 
 
 def test_bfloat16_pack_holds_the_same_values_in_half_the_bytes():
   w = _bfloat16_exact((5, 70), 1)
-  half = kernels.pack(w, jnp.bfloat16)
-  assert half.dtype == jnp.bfloat16 and half.nbytes * 2 == kernels.pack(w).nbytes
-  np.testing.assert_array_equal(np.asarray(half, np.float32), np.asarray(kernels.pack(w)))
+  half = cpu.pack(w, jnp.bfloat16)
+  assert half.dtype == jnp.bfloat16 and half.nbytes * 2 == cpu.pack(w).nbytes
+  np.testing.assert_array_equal(np.asarray(half, np.float32), np.asarray(cpu.pack(w)))
   with pytest.raises(ValueError, match='float16'):
-    kernels.pack(w, jnp.float16)
+    cpu.pack(w, jnp.float16)
 
 
 @pytest.mark.parametrize('rows', [1, 3, 8, 9, 16])
@@ -157,11 +151,11 @@ def test_bfloat16_packed_product_is_the_float32_kernels_bit_for_bit(rows, k, n):
   8, a partial tile, the SmolLM2 output layer's width)."""
   w = _bfloat16_exact((k, n), rows + n)
   x = np.random.default_rng(rows).standard_normal((rows, k), np.float32)
-  product = jax.jit(kernels.packed_matmul, static_argnums=2)
-  half = kernels.pack(w, jnp.bfloat16)
-  assert kernels.use_kernel(jnp.asarray(x), half)
+  product = jax.jit(cpu.packed_matmul, static_argnums=2)
+  half = cpu.pack(w, jnp.bfloat16)
+  assert cpu.use_kernel(jnp.asarray(x), half)
   got = np.asarray(product(x, half, n))
-  np.testing.assert_array_equal(got, np.asarray(product(x, kernels.pack(w), n)))
+  np.testing.assert_array_equal(got, np.asarray(product(x, cpu.pack(w), n)))
   np.testing.assert_allclose(got, _numpy_product(x, w), rtol=0, atol=1e-5 * np.sqrt(k))
   hlo = product.lower(jnp.asarray(x), half, n).as_text()
   assert 'specdec_packed_matmul_bf16' in hlo
@@ -170,29 +164,29 @@ def test_bfloat16_packed_product_is_the_float32_kernels_bit_for_bit(rows, k, n):
 def test_bfloat16_packs_on_the_xla_path_and_under_grad(monkeypatch):
   w = _bfloat16_exact((40, 50), 2)
   x = jnp.asarray(np.random.default_rng(3).standard_normal((3, 40), np.float32))
-  half = kernels.pack(w, jnp.bfloat16)
-  with_kernel = np.asarray(kernels.packed_matmul(x, half, 50))
-  grad = jax.grad(lambda x: jnp.sum(kernels.packed_matmul(x, half, 50) ** 2))(x)
+  half = cpu.pack(w, jnp.bfloat16)
+  with_kernel = np.asarray(cpu.packed_matmul(x, half, 50))
+  grad = jax.grad(lambda x: jnp.sum(cpu.packed_matmul(x, half, 50) ** 2))(x)
   np.testing.assert_allclose(grad, 2 * with_kernel @ np.asarray(w).T, rtol=1e-5,
                              atol=1e-5)
-  monkeypatch.setenv(kernels.ENV_SWITCH, '0')
-  assert not kernels.use_kernel(x, half)
-  np.testing.assert_allclose(np.asarray(kernels.packed_matmul(x, half, 50)), with_kernel,
+  monkeypatch.setenv(cpu.ENV_SWITCH, '0')
+  assert not cpu.use_kernel(x, half)
+  np.testing.assert_allclose(np.asarray(cpu.packed_matmul(x, half, 50)), with_kernel,
                              rtol=0, atol=1e-5)
 
 
 def test_pack_tree_chooses_bfloat16_only_where_it_is_exact():
   exact = {'a/kernel': (_bfloat16_exact((16, 40), 4), False),
            'b/embedding': (_bfloat16_exact((50, 16), 5), True)}
-  packed = kernels.pack_tree(exact)
+  packed = cpu.pack_tree(exact)
   assert packed['a']['kernel'].dtype == jnp.bfloat16
-  assert packed['b']['embedding'].shape == (2, 16, kernels.TILE)
-  forced = kernels.pack_tree(exact, jnp.float32)
+  assert packed['b']['embedding'].shape == (2, 16, cpu.TILE)
+  forced = cpu.pack_tree(exact, jnp.float32)
   assert forced['a']['kernel'].dtype == jnp.float32
   inexact = dict(exact, c=(np.full((16, 8), 1 / 3, np.float32), False))
-  assert kernels.pack_tree(inexact)['a']['kernel'].dtype == jnp.float32
+  assert cpu.pack_tree(inexact)['a']['kernel'].dtype == jnp.float32
   with pytest.raises(ValueError, match='not all exactly bfloat16'):
-    kernels.pack_tree(inexact, jnp.bfloat16)
+    cpu.pack_tree(inexact, jnp.bfloat16)
 
 
 # ------------------------------------------------- the kernel per lowering platform
@@ -200,7 +194,7 @@ def test_pack_tree_chooses_bfloat16_only_where_it_is_exact():
 
 def _exported_text(fn, platform, *args):
   checks = [jax.export.DisabledSafetyCheck.custom_call(name)
-            for name, _ in kernels.ALL_TARGETS]
+            for name, _ in cpu.ALL_TARGETS]
   return jax.export.export(jax.jit(fn), platforms=[platform],
                            disabled_checks=checks)(*args).mlir_module()
 
@@ -210,12 +204,12 @@ def test_the_kernel_is_chosen_per_lowering_platform():
   here XLA's product over the unpacked w [64, 80] (the packed copy is not read)."""
   x = jnp.ones((4, 64), jnp.float32)
   w = jnp.ones((64, 80), jnp.float32)
-  packed = kernels.pack(w)
+  packed = cpu.pack(w)
 
   def product(x, packed, w):
-    return kernels.packed_matmul(x, packed, 80, lambda x: x @ w)
+    return cpu.packed_matmul(x, packed, 80, lambda x: x @ w)
 
-  assert kernels.use_kernel(x, packed)
+  assert cpu.use_kernel(x, packed)
   assert 'specdec_packed_matmul' in _exported_text(product, 'cpu', x, packed, w)
   for platform in ('tpu', 'cuda'):
     text = _exported_text(product, platform, x, packed, w)
@@ -228,20 +222,20 @@ def test_the_compiled_cpu_program_is_the_kernel_alone():
   and holds no conditional."""
   x = jnp.ones((4, 64), jnp.float32)
   w = jnp.ones((64, 80), jnp.float32)
-  hlo = jax.jit(lambda x, packed, w: kernels.packed_matmul(x, packed, 80, lambda x: x @ w)
-                ).lower(x, kernels.pack(w), w).compile().as_text()
+  hlo = jax.jit(lambda x, packed, w: cpu.packed_matmul(x, packed, 80, lambda x: x @ w)
+                ).lower(x, cpu.pack(w), w).compile().as_text()
   assert 'custom_call_target="specdec_packed_matmul"' in hlo
   assert ' conditional(' not in hlo and ' dot(' not in hlo
 
 
 def test_elsewhere_must_return_the_float32_product():
   x = jnp.ones((2, 8), jnp.float32)
-  packed = kernels.pack(jnp.ones((8, 40), jnp.float32))
+  packed = cpu.pack(jnp.ones((8, 40), jnp.float32))
   with pytest.raises(ValueError, match='elsewhere must return float32 \\(2, 40\\)'):
-    kernels.packed_matmul(x, packed, 40, lambda x: jnp.ones((2, 39)))
+    cpu.packed_matmul(x, packed, 40, lambda x: jnp.ones((2, 39)))
   with pytest.raises(ValueError, match='elsewhere'):
-    jax.jit(lambda x: kernels.packed_matmul(x, packed, 40,
-                                            lambda x: jnp.ones((2, 40), jnp.bfloat16)))(x)
+    jax.jit(lambda x: cpu.packed_matmul(x, packed, 40,
+                                        lambda x: jnp.ones((2, 40), jnp.bfloat16)))(x)
 
 
 # ------------------------------------- the temperature-0 token and its validity flag
@@ -271,7 +265,7 @@ def test_greedy_kernel_equals_the_xla_version_on_every_kind_of_input(vocab):
   """The kernel's tokens and flags are the portable XLA version's (the one lowered for
   accelerators), row for row, on ties, NaN, infinities and values beyond +-1e30."""
   from specdec import distributions
-  kernel = jax.jit(lambda x: kernels.greedy_checked(
+  kernel = jax.jit(lambda x: cpu.greedy_checked(
       x, distributions._greedy_tokens_checked_xla))  # pylint: disable=protected-access
   xla = jax.jit(distributions._greedy_tokens_checked_xla)  # pylint: disable=protected-access
   for seed in range(3):
@@ -300,7 +294,7 @@ def test_greedy_kernel_is_chosen_per_lowering_platform():
   """Lowered for a CPU: the kernel; for a TPU or a GPU: the XLA version, no custom call."""
   from specdec import distributions
   x = jnp.ones((3, 32128), jnp.float32)
-  assert kernels.use_greedy_kernel(x)
+  assert cpu.use_greedy_kernel(x)
   assert 'specdec_greedy_checked' in _exported_text(
       distributions.greedy_tokens_checked, 'cpu', x)
   for platform in ('tpu', 'cuda'):

@@ -461,15 +461,15 @@ def test_sharded_speculative_decoding_equals_single_device():
 @pytest.mark.parametrize("tied", [False, True])
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_packed_weights_give_the_unpacked_logits_for_every_chunk_length(tied):
-  """The tile-major copy (`pack_params`, read by `specdec.kernels`) changes only the
+  """The tile-major copy (`pack_params`, read by `specdec.backends.cpu`) changes only the
   order of float32 sums: chunks over ragged rows, the prompt's
   prefill and the full forward pass agree with the unpacked model within 1e-5 (chunk
   lengths 1, 2, 5, 8, and 9, which crosses a block of 8 rows)."""
-  from specdec import kernels
+  from specdec.backends import cpu
   model = tiny_model(3, vocab_size=300, hidden_size=64, intermediate_size=96,
                      tie_word_embeddings=tied)
   packed = model.with_packed_weights()
-  assert kernels.enabled() and packed.packed is not None
+  assert cpu.enabled() and packed.packed is not None
   x = ragged_inputs(2, 7, model.vocab_size, [7, 3], seed=4)
   state, packed_state = model.init(x, 12), packed.init(x, 12)
   for layer, packed_layer in zip(state.caches, packed_state.caches):
@@ -489,7 +489,7 @@ def test_a_bfloat16_checkpoint_packs_in_half_the_bytes_with_the_same_logits(tied
   """Parameters that are bfloat16 values upcast (a checkpoint stored in bfloat16, like
   the shipped drafts) pack in bfloat16 by themselves, and every chunk's logits are
   those of the float32 pack bit for bit; float32 parameters stay float32."""
-  from specdec import kernels
+  from specdec.backends import cpu
   model = tiny_model(3, vocab_size=300, hidden_size=64, intermediate_size=96,
                      tie_word_embeddings=tied)
   rounded = model.replace(params=jax.tree.map(
@@ -523,10 +523,10 @@ def test_packed_extend_calls_the_kernel_and_unpacked_does_not():
 
 
 def test_with_packed_weights_leaves_bfloat16_and_switched_off_models_alone(monkeypatch):
-  from specdec import kernels
+  from specdec.backends import cpu
   bf16 = tiny_model(0, dtype=jnp.bfloat16)
   assert bf16.with_packed_weights().packed is None
-  monkeypatch.setenv(kernels.ENV_SWITCH, "0")
+  monkeypatch.setenv(cpu.ENV_SWITCH, "0")
   assert tiny_model(0).with_packed_weights().packed is None
 
 

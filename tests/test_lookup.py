@@ -1,4 +1,4 @@
-"""specdec.models.lookup: a draft mixed with a context n-gram proposal keeps Algorithm 1
+"""specdec.drafts.lookup: a draft mixed with a context n-gram proposal keeps Algorithm 1
 exact (the proposal depends on the whole history, so every rewind must be right), at
 SmolLM2's V = 49152 as at a toy size; the proposal is the documented one."""
 
@@ -11,7 +11,8 @@ import specdec
 from specdec import sample as sample_lib
 from specdec import verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
-from specdec.models import llama, lookup, shortlist
+from specdec.drafts import lookup, shortlist
+from specdec.models import llama
 from test_sample import (CHI2_PVALUE, GREEDY, NUM_NEW, bigram_model, chi_square_pvalue,
                          context_model, emission_probabilities,
                          exact_sequence_distribution, toy_tables)

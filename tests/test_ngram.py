@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import specdec
-from specdec.models import ngram
+from specdec.drafts import ngram
 
 CORPUS = [[3, 4, 3, 5], [4, 3, 1], [3, 4]]
 VOCAB = 6

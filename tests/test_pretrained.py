@@ -111,9 +111,9 @@ def test_longest_word_run_counts_repeats_in_a_row():
 
 
 def test_drafts_are_chosen_by_name():
-  from specdec import kernels
+  from specdec.backends import cpu
   target, distilled, _ = pretrained.load_pair("multi30k_ende", draft="draft_distilled")
-  if kernels.enabled():  # a CPU with the kernel: both packed, in bfloat16 (exact here)
+  if cpu.enabled():  # a CPU with the kernel: both packed, in bfloat16 (exact here)
     for model in (target, distilled.inner):
       assert model.per_position_logits == 0
       assert {str(a.dtype) for a in jax.tree.leaves(model.packed)} == {"bfloat16"}

@@ -18,7 +18,8 @@ pytest.importorskip('gguf')
 
 import specdec  # noqa: E402
 from specdec import pretrained  # noqa: E402
-from specdec.models import llama, ngram  # noqa: E402
+from specdec.drafts import ngram  # noqa: E402
+from specdec.models import llama  # noqa: E402
 
 NAME = 'smollm2_135m_instruct'
 GREEDY = specdec.SamplingConfig(temperature=0.0)

@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 
 import specdec
-from specdec import checkpoints, lm_prompts, pretrained
-from specdec.models import llama, shortlist
+from specdec.io.hf import load_hf_llama
+from specdec import pretrained
+from specdec.data import lm_prompts
+from specdec.drafts import shortlist
+from specdec.models import llama
 
 NAME = 'smollm2_135m_instruct'
 GREEDY = specdec.SamplingConfig(temperature=0.0)
@@ -47,7 +50,7 @@ def test_each_draft_is_a_small_bfloat16_transformers_llama(draft, vocab):
   size = sum(p.stat().st_size for p in path.iterdir() if p.is_file())
   assert size <= MAX_BYTES
   assert {p.name for p in path.iterdir()} >= {'config.json', 'model.safetensors'}
-  cfg, params = checkpoints.load_hf_llama(path)  # stored dtypes
+  cfg, params = load_hf_llama(path)  # stored dtypes
   expected = llama.CONFIGS[pretrained.pair_info(NAME)[draft]['config_name']]
   assert cfg == expected
   assert cfg.vocab_size == vocab and cfg.tie_word_embeddings
@@ -148,7 +151,7 @@ def test_transformers_loads_the_draft_with_the_same_logits():
   path = pretrained.lm_draft_path(NAME, 'draft_full')
   reference = transformers.LlamaForCausalLM.from_pretrained(str(path),
                                                             dtype=torch.float32).eval()
-  cfg, params = checkpoints.load_hf_llama(path, dtype=jnp.float32)
+  cfg, params = load_hf_llama(path, dtype=jnp.float32)
   tokens = np.asarray([[1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365]], np.int32)
   threads = torch.get_num_threads()
   torch.set_num_threads(1)
@@ -183,7 +186,7 @@ def test_a_lookup_draft_loads_by_its_name_in_drafts():
     pretrained.lm_path(NAME, verify=False)
   except FileNotFoundError as e:
     pytest.skip(f'the SmolLM2 wheel is not installed (`make test` installs it): {e}')
-  from specdec.models import lookup  # pylint: disable=g-import-not-at-top
+  from specdec.drafts import lookup  # pylint: disable=g-import-not-at-top
   model = pretrained.load_model(NAME, 'draft+lookup')
   assert isinstance(model, lookup.ContextLookup)
   assert isinstance(model.inner, shortlist.Shortlist)

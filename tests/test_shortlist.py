@@ -1,4 +1,4 @@
-"""specdec.models.shortlist: a draft over a shortlist of the target's vocabulary keeps
+"""specdec.drafts.shortlist: a draft over a shortlist of the target's vocabulary keeps
 Algorithm 1 exact (q is 0 off the list), at SmolLM2's V = 49152 as at a toy size."""
 
 import json
@@ -10,11 +10,13 @@ import pytest
 from scipy import stats as scipy_stats
 
 import specdec
-from specdec import checkpoints, pretrained
+from specdec.io.hf import save_hf_llama
+from specdec import pretrained
 from specdec import sample as sample_lib
 from specdec import verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
-from specdec.models import llama, shortlist
+from specdec.drafts import shortlist
+from specdec.models import llama
 from test_sample import ConstantLM, emission_probabilities
 
 V = 49152  # SmolLM2's vocabulary.
@@ -188,7 +190,7 @@ def test_shortlist_misuse_raises_naming_it():
 
 def test_load_lm_draft_reads_a_shortlist_directory(tmp_path):
   _, draft, ids = _pair(pad_id=int(_ids(N, VOCAB, seed=4)[3]))
-  checkpoints.save_hf_llama(tmp_path, draft.inner.config, draft.inner.params)
+  save_hf_llama(tmp_path, draft.inner.config, draft.inner.params)
   with pytest.raises(ValueError, match=r"vocabulary \(21\) is not the target's \(64\)"):
     pretrained.load_lm_draft(tmp_path, VOCAB)
   (tmp_path / 'shortlist.json').write_text(json.dumps({'ids': ids.tolist()}))

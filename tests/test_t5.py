@@ -510,14 +510,14 @@ def _chunk_logits(a, b):
 def test_packed_decoder_weights_give_the_unpacked_logits_for_every_chunk_length(
     version):
   """The decoder weights' tile-major copy (`t5.pack_params`, read by
-  `specdec.kernels`) changes only the order of float32 sums: chunks of 1, 3 and 8
+  `specdec.backends.cpu`) changes only the order of float32 sums: chunks of 1, 3 and 8
   tokens over a batch of 2 (up to 16 rows) agree with the unpacked model within 1e-5,
   v1.0 (tied output layer) and v1.1 (`logits_dense`) alike."""
-  from specdec import kernels
+  from specdec.backends import cpu
   cfg = t5.tiny_config(version, vocab_size=300)
   model = t5.T5(cfg, t5.random_params(cfg, 0))
   packed = model.with_packed_weights()
-  assert kernels.enabled() and packed.packed is not None
+  assert cpu.enabled() and packed.packed is not None
   assert packed.per_position_logits == 0
   for got, want in _chunk_logits(packed, model):
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)

@@ -14,10 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec import checkpoints
 from specdec import data
 from specdec import pretrained
 from specdec import t5x as specdec_t5x
+from specdec.io.t5x import load_t5x
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
 from specdec.sample import autoregressive_sample
@@ -164,7 +164,7 @@ def test_insert_draft_checkpoint_adds_the_draft_to_the_state(pair, draft_checkpo
   assert restored['state'] == {'step': 1}
   assert restored['target']['decoder'] == 'spec of the target'
   assert_trees_equal(restored['target'][specdec_t5x.DRAFT_KEY],
-                     checkpoints.load_t5x(draft_checkpoint))
+                     load_t5x(draft_checkpoint))
   cast = specdec_t5x.insert_draft_checkpoint(read, model_state, path=draft_checkpoint,
                                              dtype='bfloat16')
   assert {np.asarray(x).dtype for x in jax.tree.leaves(
@@ -348,7 +348,7 @@ def test_sampled_scores_are_t5x_score_batch(t5x_lib, pair, draft_checkpoint):
       module=t5.Transformer(target.config), draft_module=t5.Transformer(draft.config),
       input_vocabulary=vocab, output_vocabulary=vocab, gamma=GAMMA,
       sampling=SamplingConfig(1.0))
-  params = specdec_t5x.with_draft(target.params, checkpoints.load_t5x(draft_checkpoint))
+  params = specdec_t5x.with_draft(target.params, load_t5x(draft_checkpoint))
   decodes, aux = jax.jit(functools.partial(
       model.predict_batch_with_aux, num_decodes=3, return_all_decodes=True))(
           params, _batch(inputs), jax.random.PRNGKey(7))
@@ -497,7 +497,7 @@ def test_t5x_infer_runs_the_shipped_pair_from_its_run_file_alone(t5x_lib, tmp_pa
   info = pretrained.pair_info('multi30k_ende')
   cfg = t5.T5Config(**{**info['target']['config'], 'dtype': jnp.float32,
                        'mlp_activations': ('gelu', 'linear'), 'dropout_rate': 0.0})
-  target = t5.T5(cfg, checkpoints.load_t5x(
+  target = t5.T5(cfg, load_t5x(
       specdec_t5x.shipped_checkpoint('multi30k_ende', 'target'), cfg, dtype=jnp.float32))
   vocab = data.Vocabulary()
   encoded = jnp.asarray(np.stack([vocab.encode_padded(x, 64) for x in inputs]))

@@ -84,12 +84,12 @@ def installed(built, tmp_path_factory) -> pathlib.Path:
 # checkpoints they point at.
 FROM_THE_WHEEL = '''
 import gin, specdec, specdec.t5x
-from specdec import checkpoints
+from specdec.io import load_t5x
 gin.add_config_file_search_path(specdec.t5x.gin_search_path())
 gin.parse_config_files_and_bindings(
     ['configs/runs/multi30k_ende.gin', 'configs/pairs/multi30k_ende.gin'], [])
 path = gin.query_parameter('%TARGET_CHECKPOINT_PATH').scoped_configurable_fn()
-params = checkpoints.load_t5x(path)
+params = load_t5x(path)
 print(specdec.__file__)
 print(specdec.t5x.gin_search_path())
 print(path)

@@ -1,4 +1,4 @@
-"""Trains a feature draft (`specdec.models.eagle`) for SmolLM2-135M-Instruct.
+"""Trains a feature draft (`specdec.drafts.eagle`) for SmolLM2-135M-Instruct.
 
     python scripts/research/distill_eagle.py --out_dir=out/distill_lm \\
         --eagle_dir=out/distill_eagle --eagle_stages=features,train,evaluate --gamma=3
@@ -28,7 +28,7 @@ Stages (each reads the previous one's files in --eagle_dir):
   prompts at temperature 0 (--gamma): alpha-hat, tokens per iteration, and rows
   identical to the target's greedy decodes, into summary.json (where every stage
   records what it did). The trained draft is --eagle_dir/draft
-  (`specdec.models.eagle.load(directory, target)`).
+  (`specdec.drafts.eagle.load(directory, target)`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,10 @@ import numpy as np
 import optax
 from absl import app, flags
 
-from specdec import benchmarking, pretrained
+from specdec.bench.cli import write_json
+from specdec import pretrained
 from specdec.distributions import SamplingConfig
-from specdec.models import eagle
+from specdec.drafts import eagle
 
 import lm_decodes
 from common import log
@@ -326,14 +327,14 @@ def main(argv):
     summary['features'] = dict(directories=[os.path.basename(d) for d in dirs],
                                pool=len(pool), sequences=len(pick),
                                minutes=round((time.perf_counter() - started) / 60, 1))
-    benchmarking.write_json(summary_file, summary, indent=1)
+    write_json(summary_file, summary, indent=1)
 
   with open(FLAGS.eagle_head_ids) as f:
     ids = np.asarray(json.load(f)['ids'], np.int32)
   if 'train' in FLAGS.eagle_stages:
     data, held_out = load_features(train_file), load_features(eval_file)
     summary['train'] = train(target, ids, data, held_out, out_dir, eagle_settings())
-    benchmarking.write_json(summary_file, summary, indent=1)
+    write_json(summary_file, summary, indent=1)
 
   if 'evaluate' in FLAGS.eagle_stages:
     draft = eagle.load(os.path.join(out_dir, 'draft'), target).with_packed_weights()
@@ -343,7 +344,7 @@ def main(argv):
                               FLAGS.max_new_tokens, FLAGS.seed)
     log(f'evaluate: {stats}')
     summary['evaluate'] = stats
-    benchmarking.write_json(summary_file, summary, indent=1)
+    write_json(summary_file, summary, indent=1)
 
 
 if __name__ == '__main__':

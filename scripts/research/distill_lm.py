@@ -13,7 +13,7 @@ Stages (each resumable from the caches in --out_dir; rerun the same command):
   random weights: time does not depend on them) against the target's (t_p1) and the
   target's gamma + 1 chunk, at batch 1; prints c = t_q / t_p1 and the predicted
   speed-up E[tokens] / (gamma c + v) over a grid of alphas, to choose the shape.
-* `generate`: the target decodes chat prompts of shipped text (`specdec.lm_prompts`)
+* `generate`: the target decodes chat prompts of shipped text (`specdec.data.lm_prompts`)
   with `specdec.autoregressive_sample` in batches (ragged prompts right-padded with
   its pad_id, padded to a multiple of 32 so that few shapes compile): --num_greedy
   training prompts at temperature 0, the next --num_sampled at temperature 1, and
@@ -25,14 +25,14 @@ Stages (each resumable from the caches in --out_dir; rerun the same command):
   gradient clipping; validation loss on the evaluation prompts' decodes; resumable
   checkpoints.
 * `package`: the draft in bfloat16 as a transformers `LlamaForCausalLM` directory
-  (`checkpoints.save_hf_llama`), the evaluation prompts, pair.json.
+  (`specdec.io.save_hf_llama`), the evaluation prompts, pair.json.
 * `evaluate`: the shipped (bfloat16) draft, loaded as `pretrained.load_pair` loads it:
   alpha teacher-forced along the target's decodes of the evaluation prompts at
-  temperatures 0 and 1 (`benchmarking.teacher_forced_betas`), speculative decodes of
+  temperatures 0 and 1 (`bench.alpha.teacher_forced_betas`), speculative decodes of
   the same prompts (alpha-hat, tokens per iteration, greedy identity), c and v at
-  batch 1 (`benchmarking.step_costs`); writes them into pair.json and MODEL_CARD.md.
+  batch 1 (`costs.step_costs`); writes them into pair.json and MODEL_CARD.md.
 * `lookup`: the same for the shipped draft mixed with a context n-gram proposal
-  (`specdec.models.lookup.ContextLookup`, `--lookup_weight`, `--lookup_ngrams`), the
+  (`specdec.drafts.lookup.ContextLookup`, `--lookup_weight`, `--lookup_ngrams`), the
   speed-up predicted by gamma from `evaluate`'s target times, and its best gamma;
   pair.json's "context_lookup", which `pretrained.load_pair(name,
   draft="draft+lookup")` and the demo read.
@@ -61,8 +61,13 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from specdec import benchmarking, checkpoints, lm_prompts, pretrained, theory
-from specdec.models import llama, lookup, shortlist
+from specdec.bench.cli import write_json
+from specdec.costs import step_costs
+from specdec.io.hf import save_hf_llama
+from specdec import pretrained, theory
+from specdec.data import lm_prompts
+from specdec.drafts import lookup, shortlist
+from specdec.models import llama
 
 import lm_card
 import lm_decodes
@@ -129,12 +134,12 @@ def define_flags() -> None:
                       "'d<width>_l<layers>' (`lm_training.candidate_config`).")
   flags.DEFINE_integer('shortlist', 0, 'If > 0: the draft predicts only the N tokens '
                        'most frequent in the training responses '
-                       '(`specdec.models.shortlist`).')
+                       '(`specdec.drafts.shortlist`).')
   flags.DEFINE_list('candidates', ['d128_l1', 'd192_l1', 'd256_l1', 'd256_l2'],
                     "`time`: shapes 'd<width>_l<layers>' (heads of 64).")
   flags.DEFINE_float('lookup_weight', pretrained.DEFAULT_LOOKUP['weight'],
                      "`lookup`: the context n-gram proposal's mass in q where a suffix "
-                     'matches (`specdec.models.lookup`).')
+                     'matches (`specdec.drafts.lookup`).')
   flags.DEFINE_list('lookup_ngrams', [str(pretrained.DEFAULT_LOOKUP['min_ngram']),
                                       str(pretrained.DEFAULT_LOOKUP['max_ngram'])],
                     '`lookup`: the shortest and longest suffix tried.')
@@ -204,7 +209,7 @@ class Run:
     return os.path.join(FLAGS.ship_dir, 'pair.json')
 
   def save_summary(self) -> None:
-    benchmarking.write_json(self.summary_file, self.summary, indent=1)
+    write_json(self.summary_file, self.summary, indent=1)
 
   def batch1_inputs(self) -> jax.Array:
     return lm_evaluation.batch1_inputs(self.target, self.tok, self.eval_prompts[0])
@@ -327,7 +332,7 @@ def shortlist_of_run(run: Run, data) -> np.ndarray:
   else:
     ids = lm_training.shortlist_ids(data, FLAGS.shortlist, [run.tok.eos_id,
                                                             run.tok.pad_id])
-  benchmarking.write_json(run.shortlist_file, dict(ids=ids.tolist()), indent=1)
+  write_json(run.shortlist_file, dict(ids=ids.tolist()), indent=1)
   return ids
 
 
@@ -366,12 +371,12 @@ def package_stage(run: Run) -> None:
   with open(os.path.join(run.out_dir, 'train', 'params.msgpack'), 'rb') as f:
     params = flax.serialization.msgpack_restore(f.read())
   params = jax.tree.map(lambda x: np.asarray(x).astype(jnp.bfloat16), params)
-  checkpoints.save_hf_llama(run.draft_dir, dataclasses.replace(run.cfg,
-                                                               dtype=jnp.bfloat16), params)
+  save_hf_llama(run.draft_dir, dataclasses.replace(run.cfg,
+                                                   dtype=jnp.bfloat16), params)
   listed = os.path.join(run.draft_dir, pretrained.SHORTLIST_FILE)
   if FLAGS.shortlist:
     with open(run.shortlist_file) as f:
-      benchmarking.write_json(listed, dict(ids=json.load(f)['ids']), indent=1)
+      write_json(listed, dict(ids=json.load(f)['ids']), indent=1)
   elif os.path.exists(listed):
     os.remove(listed)
   with open(os.path.join(FLAGS.ship_dir, 'eval_prompts.jsonl'), 'w') as f:
@@ -416,7 +421,7 @@ def package_stage(run: Run) -> None:
     with open(run.pair_file) as f:
       old = json.load(f)
   info.update(kept_from_shipped(old, run.summary))
-  benchmarking.write_json(run.pair_file, info, indent=1)
+  write_json(run.pair_file, info, indent=1)
   lm_card.write_card(FLAGS.ship_dir, info)
   log(f'packaged {run.draft_dir} ({info["draft"]["bytes"]:,} bytes)')
 
@@ -439,12 +444,12 @@ def evaluate_stage(run: Run) -> None:
                                            FLAGS.max_new_tokens, FLAGS.seed)
       for key, batches, sampling in (('0', eval_t0, GREEDY), ('1', eval_t1, SAMPLED))}
   log(f'speculative: {metrics["speculative"]}')
-  costs = benchmarking.step_costs(target, draft, run.batch1_inputs(), gamma,
-                                  FLAGS.max_new_tokens + gamma + 1)
+  costs = step_costs(target, draft, run.batch1_inputs(), gamma,
+                     FLAGS.max_new_tokens + gamma + 1)
   # The machine is shared: the load during the timing says how quiet it was.
   metrics['costs'] = dict(costs, load_average_1min=os.getloadavg()[0])
   metrics['predicted_speedup'] = {
-      k: benchmarking.predicted_speedup(alphas[k], gamma, costs['c'], costs['v'])
+      k: float(theory.walltime_improvement(alphas[k], gamma, costs['c'], costs['v']))
       for k in ('0', '1')}
   metrics['gamma_sweep'] = lm_evaluation.gamma_sweep(target, run.batch1_inputs(),
                                                      costs['t_q'], alphas,
@@ -455,7 +460,7 @@ def evaluate_stage(run: Run) -> None:
       k: float(theory.expected_tokens(alphas[k], gamma)) for k in ('0', '1')}
   log(f'costs: {costs}')
   info['metrics'] = metrics
-  benchmarking.write_json(run.pair_file, info, indent=1)
+  write_json(run.pair_file, info, indent=1)
   lm_card.write_card(FLAGS.ship_dir, info)
   log('evaluated')
 
@@ -474,7 +479,7 @@ def lookup_stage(run: Run) -> None:
       info['metrics']['gamma_sweep']['t_p'], FLAGS.gamma, FLAGS.max_new_tokens,
       FLAGS.seed)
   log(f'context lookup: {json.dumps(info["context_lookup"])}')
-  benchmarking.write_json(run.pair_file, info, indent=1)
+  write_json(run.pair_file, info, indent=1)
   lm_card.write_card(FLAGS.ship_dir, info)
 
 
@@ -487,7 +492,7 @@ def card_stage(run: Run) -> None:
   m['gamma_sweep'] = lm_evaluation.sweep_predictions(
       m['gamma_sweep']['t_p'], m['costs']['t_q'], m['teacher_forced_alpha'])
   info['best_gamma'] = lm_evaluation.best_gamma(m['gamma_sweep'])
-  benchmarking.write_json(run.pair_file, info, indent=1)
+  write_json(run.pair_file, info, indent=1)
   lm_card.write_card(FLAGS.ship_dir, info)
   log(f'card rewritten; best gamma {info["best_gamma"]}')
 

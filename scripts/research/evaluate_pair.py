@@ -30,7 +30,10 @@ import numpy as np
 from absl import app, flags, logging
 
 from specdec import data, metrics as metrics_lib, pretrained, theory
-from specdec.bench import measure
+from specdec.bench import alpha as alpha_lib
+from specdec.bench.inputs import batched, encode_sources
+from specdec.bench.timing import time_decodes_paired
+from specdec.costs import autoregressive_decoder, speculative_decoder, step_costs
 from specdec.distributions import SamplingConfig
 from specdec.drafts import ngram
 from specdec.sample import autoregressive_sample, speculative_sample
@@ -69,7 +72,7 @@ def define_flags() -> None:
 def write_expected(path: str, target, vocab, sentences: list[str]) -> None:
   """The target's greedy translations of `sentences`, decoded as the tests decode
   them (one batch, inputs padded to 48, 48 new tokens), into `path`."""
-  inputs = jnp.asarray(measure.encode_sources(vocab, sentences, 48))
+  inputs = jnp.asarray(encode_sources(vocab, sentences, 48))
   out = autoregressive_sample(target, inputs, jax.random.key(0), max_new_tokens=48,
                               sampling=GREEDY, eos_id=data.EOS_ID)
   record = dict(note="Greedy translations of the shipped multi30k_ende target "
@@ -94,7 +97,7 @@ def greedy_translations(target, vocab, inputs, max_new, batch
                         ) -> tuple[list[str], list[bool]]:
   """The target's greedy outputs, and whether each ran to `max_new` without EOS."""
   texts, hit_limit = [], []
-  for x, size in measure.batched(inputs, batch):
+  for x, size in batched(inputs, batch):
     result = autoregressive_sample(target, x, jax.random.key(0), max_new_tokens=max_new,
                                    sampling=GREEDY, eos_id=data.EOS_ID)
     tokens, lengths = np.asarray(result.tokens)[:size], np.asarray(result.lengths)[:size]
@@ -116,7 +119,7 @@ def quality(hyps: list[str], refs: list[str], hit_limit: list[bool]) -> dict:
 
 def pooled_alpha(target, draft, inputs, max_new, batch, temperature, gamma=4) -> float:
   beta_sum, beta_count = 0.0, 0
-  for i, (x, size) in enumerate(measure.batched(inputs, batch)):
+  for i, (x, size) in enumerate(batched(inputs, batch)):
     out = speculative_sample(target, draft, x, jax.random.key(i), gamma=gamma,
                              max_new_tokens=max_new,
                              sampling=SamplingConfig(temperature=temperature),
@@ -136,30 +139,31 @@ def ngram_drafts(vocab, multi30k_dir: str, vocab_size: int):
 def sweep(target, drafts, vocab, sentences, input_len, max_new, gammas, repeats):
   """The batch-1 gamma sweep; `drafts` maps each temperature to (name, draft)."""
   inputs = [jnp.asarray(x)[None]
-            for x in measure.encode_sources(vocab, [s for s, _ in sentences], input_len)]
+            for x in encode_sources(vocab, [s for s, _ in sentences], input_len)]
   rows = []
   key = jax.random.key(1)
   for temperature, (draft_name, draft) in drafts.items():
     sampling = SamplingConfig(temperature=temperature)
-    baseline = measure.autoregressive_decoder(target, max_new, sampling, data.EOS_ID)
+    baseline = autoregressive_decoder(target, max_new, sampling, data.EOS_ID)
     for gamma in gammas:
-      costs = measure.step_costs(target, draft, inputs[0], gamma, max_new + gamma + 1)
-      timed = measure.time_decodes_paired(dict(
+      costs = step_costs(target, draft, inputs[0], gamma, max_new + gamma + 1)
+      timed = time_decodes_paired(dict(
           baseline=baseline,
-          speculative=measure.speculative_decoder(target, draft, gamma, max_new,
-                                                  sampling, data.EOS_ID)),
+          speculative=speculative_decoder(target, draft, gamma, max_new,
+                                          sampling, data.EOS_ID)),
           inputs, key, repeats)
       (base_s, base_out), (spec_s, spec_out) = timed["baseline"], timed["speculative"]
       stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
-      alpha = measure.pooled_alpha(stats)
-      predicted = measure.predicted_speedup(alpha, gamma, costs["c"], costs["v"])
+      alpha = alpha_lib.pooled_alpha(stats)
+      predicted = float(theory.walltime_improvement(alpha, gamma, costs["c"], costs["v"]))
       row = dict(temperature=temperature, draft=draft_name, gamma=gamma, alpha=alpha,
-                 tokens_per_iteration=measure.pooled_tokens_per_iteration(stats),
+                 tokens_per_iteration=alpha_lib.pooled_tokens_per_iteration(stats),
                  eq1=float(theory.expected_tokens(alpha, gamma)), c=costs["c"],
                  v=costs["v"], baseline_ms_per_token=base_s * 1e3,
                  speculative_ms_per_token=spec_s * 1e3, speedup=base_s / spec_s,
                  predicted_speedup=predicted,
-                 predicted_speedup_paper=measure.predicted_speedup(alpha, gamma, costs["c"]),
+                 predicted_speedup_paper=float(theory.walltime_improvement(
+                     alpha, gamma, costs["c"])),
                  measured_over_predicted=(base_s / spec_s) / predicted)
       if temperature == 0.0:
         row["identical_to_baseline"] = all(
@@ -207,7 +211,7 @@ def main(argv):
   for name, (input_len, max_new) in DATASETS.items():
     pairs = load_dataset(pair, name, FLAGS.newstest_sentences if name == "newstest2014"
                          else 0)
-    inputs = measure.encode_sources(vocab, [s for s, _ in pairs], input_len)
+    inputs = encode_sources(vocab, [s for s, _ in pairs], input_len)
     hyps, hit_limit = greedy_translations(target, vocab, inputs, max_new, FLAGS.batch_size)
     q = quality(hyps, [r for _, r in pairs], hit_limit)
     metrics["quality"][name] = q

@@ -11,7 +11,7 @@ import os
 import pathlib
 from typing import Any
 
-from specdec import lm_prompts
+from specdec.data import lm_prompts
 
 from lm_decodes import round_record
 
@@ -36,7 +36,7 @@ def vocabulary_words(d: dict[str, Any]) -> str:
   words = (f'output over a shortlist of the {d["shortlist"]} tokens most frequent in '
            'the training responses, input over those and one id for every other '
            f'token (vocabulary {d["config"]["vocab_size"]}; `shortlist.json`, '
-           '`specdec.models.shortlist`: q = 0 off the list, which Algorithm 1 allows')
+           '`specdec.drafts.shortlist`: q = 0 off the list, which Algorithm 1 allows')
   if cover:
     words += (f'; the list holds {cover["train"]:.1%} of the training and '
               f'{cover["validation"]:.1%} of the validation response tokens')
@@ -78,7 +78,7 @@ def lookup_card_lines(info: dict[str, Any]) -> list[str]:
   plain = m.get('teacher_forced_alpha', {})
   lines = ['', '## With context lookup (`draft+lookup`)', '',
            '`pretrained.load_pair(name, draft="draft+lookup")` wraps the draft in '
-           '`specdec.models.lookup.ContextLookup`: where the context\'s last '
+           '`specdec.drafts.lookup.ContextLookup`: where the context\'s last '
            f'{cl["min_ngram"]}-{cl["max_ngram"]} tokens occurred before (in the prompt '
            'or the output so far), q = '
            f'{cl["weight"]:g} x one-hot(the token that followed their latest '
@@ -108,14 +108,14 @@ def lookup_card_lines(info: dict[str, Any]) -> list[str]:
         f'{v:.2f}x' for v in cl['predicted'][key].values()) + ' |')
   best = ', '.join(f'gamma {g} at temperature {k}' for k, g in cl['best_gamma'].items())
   lines += ['', f'`best_gamma` for `draft+lookup` (pair.json\'s `context_lookup`, '
-            f'which `specdec.demo` uses): {best}.']
+            f'which `specdec.bench.demo` uses): {best}.']
   return lines
 
 
 def prompts_words(num_train: int, num_eval: int, max_prompt_tokens: int) -> str:
   return (
       f'{num_train} training prompts and {num_eval} held-out evaluation prompts, '
-      'chat-templated user messages built by `specdec.lm_prompts` from newstest2014 '
+      'chat-templated user messages built by `specdec.data.lm_prompts` from newstest2014 '
       'English sources ("Translate to German: ", "Continue this text: ", "Explain in '
       f'simple words: "), the first {lm_prompts.CNNDM_SENTENCES} sentences of CNN/DM '
       'test articles ("Summarize: ", "What is this article about? ") and Multi30k '
@@ -286,12 +286,12 @@ def model_card(info: dict[str, Any]) -> str:
         '',
         'alpha teacher-forced is the paper\'s E[beta], beta = sum_x min(p(x), q(x)), '
         'at every position of the target\'s own decodes of the prompts '
-        '(`benchmarking.teacher_forced_betas`); alpha-hat is the same mean over the '
+        '(`bench.alpha.teacher_forced_betas`); alpha-hat is the same mean over the '
         'positions speculative decoding drafted (`speculative_sample`\'s stats). '
         f'Greedy speculative decodes equal to the target\'s greedy decode: '
         f'{sp["0"]["identical_to_greedy"]} of {sp["0"]["rows"]}.',
         '',
-        f'Cost at batch 1, float32, on this 2-core CPU (`benchmarking.step_costs`, one '
+        f'Cost at batch 1, float32, on this 2-core CPU (`costs.step_costs`, one '
         f'`extend` timed in a compiled loop, minimum of rounds): t_q = '
         f'{cost["t_q"] * 1e3:.2f} ms, t_p1 = {cost["t_p1"] * 1e3:.2f} ms, so c = '
         f'{cost["c"]:.3f}; t_p(gamma + 1 = {m["gamma"] + 1}) = '
@@ -310,7 +310,7 @@ def model_card(info: dict[str, Any]) -> str:
           'Predicted speed-up by gamma (v(gamma) = t_p(gamma + 1) / t_p1 measured per '
           'chunk length, as a running maximum over chunk lengths since a longer chunk '
           'cannot cost less (raw times in pair.json); same c; `best_gamma` in '
-          'pair.json, which `specdec.demo` uses, is the best of these):',
+          'pair.json, which `specdec.bench.demo` uses, is the best of these):',
           '',
           '| gamma | ' + ' | '.join(sweep['predicted']['0']) + ' |',
           '|---|' + '---|' * len(sweep['predicted']['0']),
@@ -339,7 +339,7 @@ def model_card(info: dict[str, Any]) -> str:
   if 'candidates' in info:
     lines += ['', '## Choosing the shape', '',
               'One draft `extend` of one token against the target\'s, random weights, '
-              'batch 1, float32 (`--stages=time`, `benchmarking.step_costs`); v as '
+              'batch 1, float32 (`--stages=time`, `costs.step_costs`); v as '
               'measured beside each. d 128\'s float32 embedding (25 MB) fits the '
               '32 MiB L3 cache of the machine they were measured on and d 192\'s '
               '(38 MB) does not, the likely '
@@ -368,13 +368,13 @@ def model_card(info: dict[str, Any]) -> str:
             '```', '',
             'transformers: `LlamaForCausalLM.from_pretrained(pretrained.lm_draft_path())`'
             + (' loads the network over the shortlist\'s ids (map ids with '
-               '`shortlist.json`; `specdec.models.shortlist`).' if d.get('shortlist')
+               '`shortlist.json`; `specdec.drafts.shortlist`).' if d.get('shortlist')
                else '.')]
   if 'draft_full' in info:
     f = info['draft_full']
     lines += ['', '## The full-vocabulary draft (`draft_full/`)', '',
               f'The previous draft, kept for transformers\' assisted generation '
-              f'(`scripts/compare_hf.py`), which needs the target\'s vocabulary: '
+              f'(`python -m specdec.bench compare-hf`), which needs the target\'s vocabulary: '
               f'd {f["config"]["hidden_size"]}, {f["config"]["num_layers"]} layers, '
               f'{f["params"]:,} parameters, {f["bytes"] / 1e6:.1f} MB; teacher-forced '
               f'alpha {f["alpha"]["0"]:.3f} / {f["alpha"]["1"]:.3f} at temperatures 0 '

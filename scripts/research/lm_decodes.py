@@ -1,7 +1,7 @@
 """The training data of a distilled draft: chat prompts, and the target's own decodes
 of them (sequence-level distillation, Kim & Rush 2016), cached on disk in batches.
 
-Prompts come from `specdec.lm_prompts` (held-out evaluation prompts apart). The target
+Prompts come from `specdec.data.lm_prompts` (held-out evaluation prompts apart). The target
 decodes them with `specdec.autoregressive_sample` (or transformers' `generate` on the
 same weights), one .npz file per batch, so that an interrupted run resumes; the `soft`
 stage adds the target's top-k log-probabilities along each decode beside it.
@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import specdec
-from specdec import lm_prompts, pretrained
+from specdec import pretrained
+from specdec.data import lm_prompts
 
 from common import log
 
@@ -268,7 +269,7 @@ def soft_path(batch_path: str) -> str:
 @functools.partial(jax.jit, static_argnames=('top_k',))
 def _top_log_probs(target, inputs, tokens, top_k: int):
   # The target's distributions along its own decode, all positions in one `extend`
-  # (as `benchmarking.teacher_forced_betas` does), at temperature 1.
+  # (as `bench.alpha.teacher_forced_betas` does), at temperature 1.
   start = target.start_tokens(inputs)[:, None]
   chunk = jnp.concatenate([start, tokens[:, :-1]], axis=1)
   logits, _ = target.extend(target.init(inputs, tokens.shape[1]), chunk)

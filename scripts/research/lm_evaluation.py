@@ -2,8 +2,9 @@
 predict, the paper's alpha along the target's own decodes, and speculative decodes of
 the held-out prompts (alpha-hat, tokens per iteration, greedy identity).
 
-The measurements themselves are `specdec.benchmarking`'s (`step_costs`,
-`extend_seconds`, `teacher_forced_betas`, `predicted_speedup`); this module runs them
+The measurements themselves are the library's (`specdec.costs.step_costs` and
+`extend_seconds`, `specdec.bench.alpha.teacher_forced_betas`,
+`specdec.theory.walltime_improvement`); this module runs them
 over `lm_decodes`' cached batches and gathers what pair.json records.
 """
 
@@ -18,7 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import specdec
-from specdec import benchmarking, lm_prompts, pretrained
+from specdec.bench.alpha import teacher_forced_betas
+from specdec.costs import extend_seconds, step_costs
+from specdec import pretrained, theory
+from specdec.data import lm_prompts
 from specdec.models import llama
 
 from common import log
@@ -49,10 +53,10 @@ def time_candidates(target, tok, prompt, names: Sequence[str], gamma: int,
     cfg = candidate_config(name, target.vocab_size)
     draft = llama.Llama(cfg, jax.device_put(llama.random_params(cfg, 0)),
                         pad_id=target.pad_id)
-    costs = benchmarking.step_costs(target, draft, inputs, gamma,
-                                    max_new_tokens + gamma + 1)
+    costs = step_costs(target, draft, inputs, gamma,
+                       max_new_tokens + gamma + 1)
     out[name] = dict(params=llama.param_count(cfg), **costs, predicted={
-        str(a): round(benchmarking.predicted_speedup(a, gamma, costs['c'], costs['v']),
+        str(a): round(float(theory.walltime_improvement(a, gamma, costs['c'], costs['v'])),
                       3) for a in (0.6, 0.7, 0.8, 0.9)})
     log(f'{name}: {json.dumps(out[name])}')
   return out
@@ -66,8 +70,8 @@ def gamma_sweep(target, inputs, t_q: float, alphas: dict[str, float],
   v(gamma)) at each temperature's alpha."""
   state = target.init(inputs, max_new_tokens + max(gammas) + 1)
   start = target.start_tokens(inputs)[:, None]
-  t_p = {str(k): benchmarking.extend_seconds(target, state, jnp.tile(start, (1, k)),
-                                             repeats=3, reduce=np.min)
+  t_p = {str(k): extend_seconds(target, state, jnp.tile(start, (1, k)),
+                                repeats=3, reduce=np.min)
          for k in [1] + [g + 1 for g in gammas]}
   return sweep_predictions(t_p, t_q, alphas)
 
@@ -83,8 +87,8 @@ def sweep_predictions(t_p: dict[str, float], t_q: float, alphas: dict[str, float
   monotone = dict(zip(map(str, ks), np.maximum.accumulate([t_p[str(k)] for k in ks])))
   monotone = {k: float(v) for k, v in monotone.items()}
   gammas = [k - 1 for k in ks if k > 1]
-  predicted = {key: {str(g): benchmarking.predicted_speedup(
-      alpha, g, t_q / monotone['1'], monotone[str(g + 1)] / monotone['1'])
+  predicted = {key: {str(g): float(theory.walltime_improvement(
+      alpha, g, t_q / monotone['1'], monotone[str(g + 1)] / monotone['1']))
       for g in gammas} for key, alpha in alphas.items()}
   return dict(t_p=t_p, t_p_monotone=monotone, predicted=predicted)
 
@@ -97,10 +101,10 @@ def best_gamma(sweep: dict[str, Any]) -> dict[str, int]:
 
 def corpus_alpha(target, draft, batches, sampling) -> float:
   """The paper's alpha (Section 3.1, E[beta]) over cached decode batches: the mean of
-  `benchmarking.teacher_forced_betas` over every generated position of them."""
+  `bench.alpha.teacher_forced_betas` over every generated position of them."""
   betas = []
   for b in batches:
-    betas += benchmarking.teacher_forced_betas(
+    betas += teacher_forced_betas(
         target, draft, jnp.asarray(b['inputs']), jnp.asarray(b['tokens']),
         jnp.asarray(b['lengths']), sampling)
   return float(np.mean(np.concatenate(betas)))
@@ -139,7 +143,7 @@ def lookup_metrics(target, draft, tok, eval_t0, eval_t1, inputs, t_p: dict[str, 
   teacher-forced alpha and speculative stats on the held-out decodes, its step cost
   (c at batch 1 on `inputs`), the speed-up predicted by gamma from the target's
   measured `t_p` (`sweep_predictions`) and the best gamma per temperature (which
-  `specdec.demo` uses for the "+lookup" draft)."""
+  `specdec.bench.demo` uses for the "+lookup" draft)."""
   alphas = {'0': corpus_alpha(target, draft, eval_t0, GREEDY),
             '1': corpus_alpha(target, draft, eval_t1, SAMPLED)}
   log(f'context lookup: teacher-forced alpha {alphas}')
@@ -147,8 +151,8 @@ def lookup_metrics(target, draft, tok, eval_t0, eval_t1, inputs, t_p: dict[str, 
                                         max_new_tokens, seed),
                  '1': speculative_stats(target, draft, tok, eval_t1, SAMPLED, gamma,
                                         max_new_tokens, seed)}
-  costs = benchmarking.step_costs(target, draft, inputs, gamma,
-                                  max_new_tokens + gamma + 1)
+  costs = step_costs(target, draft, inputs, gamma,
+                     max_new_tokens + gamma + 1)
   sweep = sweep_predictions(t_p, costs['t_q'], alphas)
   return dict(weight=draft.weight, min_ngram=draft.min_ngram, max_ngram=draft.max_ngram,
               max_new_tokens=max_new_tokens, gamma=gamma, teacher_forced_alpha=alphas,

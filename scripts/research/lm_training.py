@@ -24,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from specdec import checkpoints, pretrained
+from specdec.io.hf import load_hf_llama
+from specdec import pretrained
 from specdec.models import llama
 
 from common import log
@@ -105,7 +106,7 @@ def warm_start_params(directory: str, cfg: llama.LlamaConfig) -> dict[str, Any]:
   Raises:
     ValueError: naming the directory, when its config is not `cfg`'s shape.
   """
-  loaded_cfg, params = checkpoints.load_hf_llama(directory, dtype=jnp.float32)
+  loaded_cfg, params = load_hf_llama(directory, dtype=jnp.float32)
   shape = lambda c: dataclasses.replace(c, dtype=jnp.float32,
                                         max_position_embeddings=1)
   if shape(loaded_cfg) != shape(cfg):
@@ -149,7 +150,7 @@ def shortlist_ids(data: Sequence[tuple], size: int, keep: Sequence[int]) -> np.n
 
 
 def map_examples(data: Sequence[tuple], index: np.ndarray) -> list[tuple]:
-  """Examples in shortlist ids (`specdec.models.shortlist.index_map`)."""
+  """Examples in shortlist ids (`specdec.drafts.shortlist.index_map`)."""
   return [(index[p], index[r], None if soft is None else (soft[0], index[soft[1]]))
           for p, r, soft in data]
 

@@ -18,7 +18,7 @@ import shutil
 
 from absl import app, flags
 
-from specdec import benchmarking
+from specdec.bench.cli import write_json
 
 import train_pair  # the presets the pair was trained with
 from common import config_json
@@ -111,7 +111,7 @@ def main(argv):
   for split, files in TEST_SETS.items():
     for lang, name in files.items():
       shutil.copyfile(os.path.join(FLAGS.multi30k_dir, name), out / name)
-  benchmarking.write_json(str(previous), info)
+  write_json(str(previous), info)
   print(f"packaged {FLAGS.name} into {out}")
 
 

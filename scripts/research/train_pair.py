@@ -8,7 +8,7 @@ scratch with the same data, optimizer and seed. Seeded and reproducible (the dat
 order and the initialisation depend on --training_seed only), with a progress bar, periodic
 validation loss, and resumable checkpoints: rerunning the same command continues from
 the last saved step. At the end each model's parameters are exported in bfloat16 in
-the T5X checkpoint layout that `specdec.checkpoints.load_t5x` reads.
+the T5X checkpoint layout that `specdec.io.load_t5x` reads.
 
 The draft can instead be distilled from the target (`--draft_data=distill`,
 sequence-level knowledge distillation, Kim & Rush 2016): the target decodes every
@@ -40,7 +40,9 @@ import numpy as np
 import optax
 from absl import app, flags, logging
 
-from specdec import benchmarking, checkpoints, sample
+from specdec.bench.cli import write_json
+from specdec.io.t5x import load_t5x, save_t5x
+from specdec import sample
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
 
@@ -524,7 +526,7 @@ def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
 def export(params, model_cfg: t5.T5Config, directory: str, step: int) -> str:
   """bfloat16 parameters in the T5X legacy checkpoint layout."""
   bf16 = jax.tree.map(lambda x: np.asarray(x, jnp.bfloat16), jax.device_get(params))
-  return checkpoints.save_t5x(directory, bf16, step=step)
+  return save_t5x(directory, bf16, step=step)
 
 
 # ------------------------------------------------------------------------------ command
@@ -659,7 +661,7 @@ def main(argv):
                                  dataclasses.asdict(model_cfg).items()})
     print(f"{name}: {result['steps']} steps in {result['seconds'] / 60:.1f} min, "
           f"final val loss {result['history'][-1]['val_loss']:.3f} -> {path}")
-  benchmarking.write_json(summary_path, summary)
+  write_json(summary_path, summary)
 
 
 def _teacher(trained_target) -> t5.T5:
@@ -667,8 +669,8 @@ def _teacher(trained_target) -> t5.T5:
   or the shipped pair's target, in float32."""
   cfg = dataclasses.replace(PRESETS["target"], dropout_rate=0.0)
   if FLAGS.teacher_checkpoint:
-    return t5.T5(cfg, jax.device_put(checkpoints.load_t5x(FLAGS.teacher_checkpoint, cfg,
-                                                          dtype=jnp.float32)))
+    return t5.T5(cfg, jax.device_put(load_t5x(FLAGS.teacher_checkpoint, cfg,
+                                              dtype=jnp.float32)))
   if trained_target is not None:
     return t5.T5(cfg, trained_target[1]["params"])
   from specdec import pretrained  # The shipped pair.

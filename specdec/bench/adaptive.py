@@ -32,7 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec import adaptive, pretrained
-from specdec.bench import cli, measure, report, workloads
+from specdec.bench import cli, report, workloads
+from specdec.bench.timing import time_each
+from specdec.costs import (autoregressive_decoder, min_seconds, prefill,
+                           speculative_decoder)
 from specdec.distributions import SamplingConfig
 
 PAIRS = ("smollm2_135m_instruct", "multi30k_ende")
@@ -95,7 +98,7 @@ def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=
   best_g = min(fixed, key=fixed.get)
   auto_out = timed["adaptive"][1]
   counts = np.sum([np.sum(np.asarray(o.stats.gamma_counts), axis=0) for o in auto_out], 0)
-  predicted = predicted_speedup(rule, auto_out, base_out)
+  predicted = speedup_in_steps(rule, auto_out, base_out)
   measured = ms["baseline"] / ms["adaptive"]
   # Theorem 3.8 predicts the decode loop: the prefills (the prompt through the target,
   # and through the draft too where the decode drafts) come off both decodes' times.
@@ -105,7 +108,7 @@ def _row(pair, temperature, batch, rule, timed, fixed_gammas, per_prompt, costs=
             / max(sum(timed["adaptive"][0]) - prefill["adaptive"], 1e-12))
   # Theorem 3.8 with the model's costs alone, gamma c + v(gamma + 1): what the loop's
   # measured iterations add shows as the gap between the two predictions.
-  model = (None if costs is None else predicted_speedup(
+  model = (None if costs is None else speedup_in_steps(
       rule, auto_out, base_out, tuple(costs.model_cost(g) for g in rule.gammas)))
   row = dict(pair=pair, temperature=temperature, batch=batch, tokens=tokens,
              baseline_ms=ms["baseline"], fixed_ms={str(g): v for g, v in fixed.items()},
@@ -157,19 +160,19 @@ def _prefill_seconds(target, draft, rule, inputs, max_new_tokens: int, repeats: 
   spec = max_new_tokens + rule.max_gamma + 1
   base, auto, plain = 0.0, 0.0, adaptive.never_drafts(rule)
   for x in inputs:
-    alone = measure.min_seconds(
-        lambda x=x: measure.prefill(target, None, x, max_new_tokens + 1), repeats + 1)
+    alone = min_seconds(
+        lambda x=x: prefill(target, None, x, max_new_tokens + 1), repeats + 1)
     base += alone
-    auto += alone if plain else measure.min_seconds(
-        lambda x=x: measure.prefill(target, draft, x, spec), repeats + 1)
+    auto += alone if plain else min_seconds(
+        lambda x=x: prefill(target, draft, x, spec), repeats + 1)
   return dict(baseline=base, adaptive=auto)
 
 
-def predicted_speedup(rule: adaptive.AutoGamma, outputs, base_outputs,
-                      costs: tuple[float, ...] | None = None) -> float:
-  """Theorem 3.8 with the gammas the rule chose: the decodes' tokens per target step
-  at `costs` (default the rule's) over the baseline's; 1 for a rule that never drafts
-  (it runs the baseline's loop)."""
+def speedup_in_steps(rule: adaptive.AutoGamma, outputs, base_outputs,
+                     costs: tuple[float, ...] | None = None) -> float:
+  """The speed-up in target steps (Theorem 3.8 with the gammas the rule chose): the
+  decodes' tokens per target step at `costs` (default the rule's) over the baseline's;
+  1 for a rule that never drafts (it runs the baseline's loop)."""
   if adaptive.never_drafts(rule):
     return 1.0
   return (tokens_per_step(outputs, rule.costs if costs is None else costs)
@@ -216,14 +219,14 @@ def run(config: Config) -> dict[str, Any]:
         rule = adaptive.AutoGamma.from_costs(costs, gammas, objective=config.objective,
                                              margin=config.margin,
                                              **({} if prior is None else dict(prior=prior)))
-        decoders = {"baseline": measure.autoregressive_decoder(
+        decoders = {"baseline": autoregressive_decoder(
             target, config.max_new_tokens, sampling, w.eos_id)}
         for g in config.fixed_gammas:
-          decoders[f"gamma={g}"] = measure.speculative_decoder(
+          decoders[f"gamma={g}"] = speculative_decoder(
               target, draft, g, config.max_new_tokens, sampling, w.eos_id)
-        decoders["adaptive"] = measure.speculative_decoder(
+        decoders["adaptive"] = speculative_decoder(
             target, draft, rule, config.max_new_tokens, sampling, w.eos_id)
-        timed = measure.time_each(decoders, inputs, jax.random.key(config.seed), config.repeats)
+        timed = time_each(decoders, inputs, jax.random.key(config.seed), config.repeats)
         if temperature == 0.0:
           for decoder, (_, outs) in timed.items():
             same = all(np.array_equal(a.tokens, b.tokens)

@@ -18,6 +18,8 @@ import types
 import typing
 from typing import Any
 
+from specdec._checks import check_positive_int
+
 
 def field(default: Any, help: str) -> Any:  # pylint: disable=redefined-builtin
   """A Config field with its default and its one-line help."""
@@ -77,13 +79,15 @@ def config_from_args(config_cls: type, args: argparse.Namespace) -> Any:
 
 
 def check_positive(config: Any, *names: str) -> None:
-  """Raises ValueError naming the first of `names` (a field, or a tuple field with
-  every item checked) that is not >= 1."""
+  """Raises naming the first of `names` (a field, or a tuple field with every item
+  checked) that is not an int >= 1 (the samplers' own check, `check_positive_int`)."""
   for name in names:
     value = getattr(config, name)
     values = value if isinstance(value, tuple) else (value,)
-    if not values or any(v < 1 for v in values):
+    if not values:
       raise ValueError(f"{name} must be >= 1, got {value!r}")
+    for v in values:
+      check_positive_int(name, v)
 
 
 def write_json(path: str, value: Any, indent: int = 2) -> None:

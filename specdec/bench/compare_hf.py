@@ -10,7 +10,7 @@ compiled into one `lax.while_loop`) and by transformers (PyTorch, "assisted
 generation", whose greedy case accepts the draft's tokens up to the first one the
 target's argmax disagrees with: Algorithm 1 at temperature 0). This exports
 the shipped pair (`specdec.pretrained`) to transformers' `T5ForConditionalGeneration`
-with `specdec.checkpoints.save_hf` and decodes the same Multi30k test_2016 prompts,
+with `specdec.io.save_hf` and decodes the same Multi30k test_2016 prompts,
 greedily, at batch 1, in float32, on the same CPU, with:
 
   * hf_baseline: `target.generate(..., do_sample=False, num_beams=1)`;
@@ -48,7 +48,7 @@ specdec right-padded with the pad id to a multiple of --lm-pad-multiple (its
 prefill then covers those few padding positions too). There, two more systems
 compare prompt lookup: hf_prompt_lookup (`generate(..., prompt_lookup_num_tokens=
 gamma, max_matching_ngram_size=4)`: copies of the context as drafts, no draft model)
-and specdec_speculative_lookup (`specdec.models.lookup.ContextLookup` around the same
+and specdec_speculative_lookup (`specdec.drafts.lookup.ContextLookup` around the same
 draft, the pair's settings: the copy mixed into the draft's q).
 """
 
@@ -67,8 +67,11 @@ import numpy as np
 import torch
 import transformers
 
-from specdec import checkpoints, data, pretrained
-from specdec.bench import cli, measure, report
+from specdec import data, pretrained
+from specdec.bench import cli, report
+from specdec.costs import median_seconds
+from specdec.data.lm_prompts import right_pad
+from specdec.io.hf import export_hf, llama_params_to_hf, save_hf
 from specdec.distributions import SamplingConfig
 from specdec.sample import autoregressive_sample, speculative_sample
 
@@ -95,7 +98,7 @@ class Config:
       "threads (not at 1): measure on an idle machine.")
   lm_packed_weights: bool = cli.field(
       True, f"{LM_PAIR}: specdec's target and draft with packed weights "
-      "(`llama.Llama.with_packed_weights`; a no-op where specdec.kernels is not "
+      "(`llama.Llama.with_packed_weights`; a no-op where specdec.backends.cpu is not "
       "enabled).")
   lm_pad_multiple: int = cli.field(
       32, f"{LM_PAIR}: specdec's prompts are right-padded with the pad id to a "
@@ -152,7 +155,7 @@ def load_hf(directory: str | os.PathLike, model) -> Any:
     transformers.logging.enable_progress_bar()
   hf = hf.to(torch.float32).eval()
   state = hf.state_dict()
-  for name, array in checkpoints.export_hf(model.params, model.config).items():
+  for name, array in export_hf(model.params, model.config).items():
     if name not in state or not np.array_equal(state[name].numpy(),
                                                np.asarray(array, np.float32)):
       raise ValueError(f"{directory}: transformers loaded {name!r} differently from the "
@@ -169,7 +172,7 @@ def export_pair(target, draft, directory: str | os.PathLike) -> tuple[Any, Any]:
   out = []
   for name, model in (("target", target), ("draft", draft)):
     path = os.path.join(os.fspath(directory), name)
-    checkpoints.save_hf(path, model.params, model.config)
+    save_hf(path, model.params, model.config)
     out.append(load_hf(path, model))
   return out[0], out[1]
 
@@ -182,7 +185,7 @@ def load_hf_llama(directory: str | os.PathLike, model=None) -> Any:
                                                      dtype=torch.float32).eval()
   if model is not None:
     state = hf.state_dict()
-    for name, array in checkpoints.llama_params_to_hf(model.params, model.config).items():
+    for name, array in llama_params_to_hf(model.params, model.config).items():
       if name not in state or not np.array_equal(state[name].numpy(),
                                                  np.asarray(array, np.float32)):
         raise ValueError(f"{directory}: transformers loaded {name!r} differently from "
@@ -210,7 +213,7 @@ def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int
   out = []
   for p in prompts:
     length = -(-len(p) // multiple) * multiple
-    out.append(measure.right_pad([p], pad_id, length))
+    out.append(right_pad([p], pad_id, length))
   return out
 
 
@@ -422,7 +425,7 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
     for name, (decode, _) in hf.items():
       with _count_forwards(hf_target, hf_draft) as calls:
         tokens = hf_tokens(decode(ids, mask), eos_id, start)
-      seconds = measure.median_seconds(lambda: decode(ids, mask), repeats, warmup=0)
+      seconds = median_seconds(lambda: decode(ids, mask), repeats, warmup=0)
       r = results[name]
       r["target_calls"] += calls[0]
       r["draft_calls"] += calls[1]
@@ -433,7 +436,7 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
     xj = jnp.asarray(x)
     for name, (decode, _) in sd.items():
       out = jax.block_until_ready(decode(xj))
-      seconds = measure.median_seconds(lambda: decode(xj).tokens, repeats, warmup=0)
+      seconds = median_seconds(lambda: decode(xj).tokens, repeats, warmup=0)
       tokens = specdec_tokens(out)
       r = results[name]
       r["target_calls"] += int(np.sum(out.stats.iterations))

@@ -4,11 +4,11 @@ For a pair (shipped or toy, or random-weight presets with `--target-config` /
 `--draft-config`): t(k), one target `extend` over a chunk of k tokens for k =
 1..max_chunk, for each way the target can compute it ("xla": XLA's products;
 "per position": T5's output layer position by position, `T5.per_position_logits`;
-"packed": `specdec.kernels`, each decoder weight read once per chunk, where it is
+"packed": `specdec.backends.cpu`, each decoder weight read once per chunk, where it is
 enabled); t_q, one draft step, and the draft's 2-token first step. Beside them the
 roofline: the target's decoder step weights streamed once by matrix-vector products
-in one compiled program (`measure.weight_stream_seconds`: bytes / bandwidth). Every
-time is one call inside a compiled loop (`measure.extend_seconds`), the rounds
+in one compiled program (`bench.roofline.weight_stream_seconds`: bytes / bandwidth). Every
+time is one call inside a compiled loop (`costs.extend_seconds`), the rounds
 interleaved so that a slow spell of a shared machine hits every setting alike, the
 minimum over rounds reported.
 
@@ -29,7 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec.bench import cli, measure, report, workloads
+from specdec.bench import cli, report, workloads
+from specdec.bench.roofline import weight_stream_seconds
+from specdec.bench.t5_shapes import random_t5_params, t5_shape_config
+from specdec.costs import extend_seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +52,12 @@ class Config:
 
 def random_pair(target_config: str, draft_config: str, seed: int = 0):
   """(target, draft, inputs [1, 32]): random-weight T5 presets, float32 on a CPU
-  (`measure.t5_shape_config`, `measure.random_t5_params`)."""
+  (`bench.t5_shapes.t5_shape_config`, `bench.t5_shapes.random_t5_params`)."""
   from specdec.models import t5  # pylint: disable=g-import-not-at-top
   models = []
   for i, name in enumerate((target_config, draft_config)):
-    cfg = measure.t5_shape_config(name)
-    models.append(t5.T5(cfg, measure.random_t5_params(cfg, seed + 1 + i),
+    cfg = t5_shape_config(name)
+    models.append(t5.T5(cfg, random_t5_params(cfg, seed + 1 + i),
                         per_position_logits=0))
   vocab = models[0].vocab_size
   x = jnp.asarray(np.random.default_rng(seed).integers(2, vocab, size=(1, 32)),
@@ -114,11 +117,11 @@ def run(config: Config) -> dict[str, Any]:
   best: dict[tuple[str, int], float] = {}
   for _ in range(config.rounds):
     for name, k in settings:
-      seconds = measure.extend_seconds(models[name], states[name],
-                                       jnp.tile(start, (1, k)), repeats=1,
-                                       steps=config.steps)
+      seconds = extend_seconds(models[name], states[name],
+                               jnp.tile(start, (1, k)), repeats=1,
+                               steps=config.steps)
       best[name, k] = min(best.get((name, k), float("inf")), seconds)
-  roofline_s, weight_bytes = measure.weight_stream_seconds(
+  roofline_s, weight_bytes = weight_stream_seconds(
       _decode_matrices(_unpacked(target)), repeats=max(5, config.rounds))
   t_q = best["draft", 1]
   result = dict(config=dataclasses.asdict(config), pair=pair, draft=draft_name,

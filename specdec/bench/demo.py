@@ -10,11 +10,11 @@ it, on English chat prompts written for the demo (`lm_prompts.DEMO_PROMPTS`:
 explanations, a summary, a continuation -- what a 135M instruct model does well; none
 from the text the draft was distilled or tuned on) at batch 1, temperatures 0 and 1.
 Two drafts (`--lm-drafts`) are timed side by side against one baseline: `draft+lookup` (the distilled draft mixed with a context n-gram proposal,
-`specdec.models.lookup`) and `draft` (the distilled draft alone), each with the gamma
+`specdec.drafts.lookup`) and `draft` (the distilled draft alone), each with the gamma
 of the highest predicted speed-up in the model card, and beside them the first draft
 with `AutoGamma` (`--auto`, the card's costs and prior); it prints one Table-2-style
 row per draft (and the AutoGamma row) and temperature, as below, and three outputs.
-Packed weights (`specdec.kernels`) make verifying gamma + 1 tokens cost about one
+Packed weights (`specdec.backends.cpu`) make verifying gamma + 1 tokens cost about one
 target step on a CPU.
 
 Then `multi30k_ende` (a T5 v1.1 target and two much smaller drafts, trained on
@@ -27,7 +27,7 @@ which picks gamma per iteration and stops drafting where drafting does not pay),
 prints a table in the style of the paper's Table 2: draft, gamma,
 measured alpha, tokens per iteration (measured and Equation 1), c and v, baseline and
 speculative ms/token, the measured speed-up, the predicted one (Theorem 3.8 refined
-with the measured c and v, see `specdec.benchmarking`) and measured / predicted; then
+with the measured c and v, see `specdec.costs`) and measured / predicted; then
 three translations with their references. `run` returns the rows as JSON; `--plot`
 draws the predicted and measured speed-ups.
 """
@@ -42,10 +42,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import adaptive, lm_prompts, pretrained, theory
+from specdec import adaptive, pretrained, theory
 from specdec.bench import adaptive as bench_adaptive
-from specdec.bench import cli, measure, report
-from specdec.data import EOS_ID, TRANSLATE_PREFIX
+from specdec.bench import cli, report
+from specdec.bench.alpha import pooled_alpha, pooled_tokens_per_iteration
+from specdec.bench.inputs import bucket_lengths, pad_to_bucket
+from specdec.bench.timing import time_decodes_paired
+from specdec.costs import autoregressive_decoder, speculative_decoder, step_costs
+from specdec.data import EOS_ID, TRANSLATE_PREFIX, lm_prompts
 from specdec.distributions import SamplingConfig
 
 PAIRS = ("smollm2_135m_instruct", "multi30k_ende")
@@ -60,7 +64,7 @@ class Config:
   lm_drafts: tuple[str, ...] = cli.field(
       ("draft+lookup", "draft"), "Drafts of the decoder-only pair, each timed side by "
       "side with one baseline: 'draft' (distilled), 'draft+lookup' (the same mixed "
-      "with a context n-gram proposal, `specdec.models.lookup`).")
+      "with a context n-gram proposal, `specdec.drafts.lookup`).")
   lm_repeats: int = cli.field(2, "Timed rounds of each decode of the decoder-only pair.")
   gamma: int | None = cli.field(None, "Draft tokens per iteration; default: per "
                                 "temperature, the best measured in the pair's card.")
@@ -155,8 +159,8 @@ def lm_inputs(tokenizer, prompts: list[str], pad_id: int) -> list[jax.Array]:
   power-of-two bucket (a few compiled shapes for the whole set): [1, L] each."""
   ids = [tokenizer.apply_chat_template([{"role": "user", "content": p}],
                                        add_generation_prompt=True) for p in prompts]
-  buckets = measure.bucket_lengths(max(len(i) for i in ids), smallest=32)
-  return [jnp.asarray(measure.pad_to_bucket(i, buckets, pad_id)) for i in ids]
+  buckets = bucket_lengths(max(len(i) for i in ids), smallest=32)
+  return [jnp.asarray(pad_to_bucket(i, buckets, pad_id)) for i in ids]
 
 
 def _decode_rows(target, drafts: list[tuple[str, object, Any]], inputs: list[jax.Array],
@@ -167,12 +171,12 @@ def _decode_rows(target, drafts: list[tuple[str, object, Any]], inputs: list[jax
   by side (each decoder in turn, prompt by prompt), so that the rows share their
   baseline."""
   sampling = SamplingConfig(temperature=temperature)
-  decoders = dict(baseline=measure.autoregressive_decoder(
+  decoders = dict(baseline=autoregressive_decoder(
       target, max_new_tokens, sampling, eos_id))
   for i, (_, draft, gamma) in enumerate(drafts):
-    decoders[f"speculative_{i}"] = measure.speculative_decoder(
+    decoders[f"speculative_{i}"] = speculative_decoder(
         target, draft, gamma, max_new_tokens, sampling, eos_id)
-  timed = measure.time_decodes_paired(decoders, inputs, key, repeats)
+  timed = time_decodes_paired(decoders, inputs, key, repeats)
   base_s, base_out = timed["baseline"]
   rows, spec_outs = [], []
   for i, (draft_name, draft, gamma) in enumerate(drafts):
@@ -180,8 +184,8 @@ def _decode_rows(target, drafts: list[tuple[str, object, Any]], inputs: list[jax
       row, spec_out = _auto_row(gamma, draft_name, temperature, base_s, base_out,
                                 *timed[f"speculative_{i}"])
     else:
-      costs = measure.step_costs(target, draft, inputs[0], gamma,
-                                 max_new_tokens + gamma + 1)
+      costs = step_costs(target, draft, inputs[0], gamma,
+                         max_new_tokens + gamma + 1)
       row, spec_out = _row(costs, draft_name, gamma, temperature, base_s, base_out,
                            *timed[f"speculative_{i}"])
     rows.append(row)
@@ -192,15 +196,15 @@ def _decode_rows(target, drafts: list[tuple[str, object, Any]], inputs: list[jax
 def _row(costs: dict, draft_name: str, gamma: int, temperature: float, base_s: float,
          base_out: list, spec_s: float, spec_out: list) -> tuple[dict, list]:
   stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
-  alpha = measure.pooled_alpha(stats)
-  predicted = measure.predicted_speedup(alpha, gamma, costs["c"], costs["v"])
+  alpha = pooled_alpha(stats)
+  predicted = float(theory.walltime_improvement(alpha, gamma, costs["c"], costs["v"]))
   row = dict(temperature=temperature, draft=draft_name, gamma=gamma, alpha=alpha,
-             tokens_per_iteration=measure.pooled_tokens_per_iteration(stats),
+             tokens_per_iteration=pooled_tokens_per_iteration(stats),
              eq1_tokens_per_iteration=float(theory.expected_tokens(alpha, gamma)),
              baseline_ms_per_token=base_s * 1e3, speculative_ms_per_token=spec_s * 1e3,
              speedup=base_s / spec_s, predicted_speedup=predicted,
-             predicted_speedup_paper=measure.predicted_speedup(alpha, gamma,
-                                                                    costs["c"]),
+             predicted_speedup_paper=float(theory.walltime_improvement(alpha, gamma,
+                                                                       costs["c"])),
              costs=costs)
   return _checked(row, predicted, base_out, spec_out), spec_out
 
@@ -211,11 +215,11 @@ def _auto_row(rule, draft_name: str, temperature: float, base_s: float, base_out
   with the chosen gammas and the rule's costs (`bench.adaptive`'s prediction)."""
   stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
   counts = np.sum(np.asarray(stats.gamma_counts), axis=0)
-  predicted = bench_adaptive.predicted_speedup(rule, spec_out, base_out)
+  predicted = bench_adaptive.speedup_in_steps(rule, spec_out, base_out)
   row = dict(temperature=temperature, draft=draft_name, gamma="auto",
              gamma_histogram={str(g): int(n) for g, n in zip(rule.gammas, counts)},
-             alpha=measure.pooled_alpha(stats) if np.sum(stats.drafted) else None,
-             tokens_per_iteration=measure.pooled_tokens_per_iteration(stats),
+             alpha=pooled_alpha(stats) if np.sum(stats.drafted) else None,
+             tokens_per_iteration=pooled_tokens_per_iteration(stats),
              eq1_tokens_per_iteration=None,
              baseline_ms_per_token=base_s * 1e3, speculative_ms_per_token=spec_s * 1e3,
              speedup=base_s / spec_s, predicted_speedup=predicted, costs=None)

@@ -3,7 +3,7 @@ layer-skipping self-speculative drafts, and the corpora the n-grams count.
 
 Leviathan, Kalman & Matias (2023), Table 3, list a unigram and a bigram draft for
 every target; `ngram_drafts` is the one place they are built (add-1 smoothing,
-`specdec.models.ngram`), from one of three corpora: a T5 pair's training-side text
+`specdec.drafts.ngram`), from one of three corpora: a T5 pair's training-side text
 (`t5_corpus`), a decoder-only pair's shipped text without the held-out prompts'
 texts (`lm_text_corpus`), or any target's own greedy outputs on other prompts
 (`target_output_corpus`).
@@ -17,9 +17,10 @@ import jax
 import numpy as np
 
 from specdec import data, pretrained
-from specdec.bench import measure
+from specdec.bench.inputs import batched
+from specdec.data.lm_prompts import right_pad
 from specdec.distributions import SamplingConfig
-from specdec.models import ngram
+from specdec.drafts import ngram
 from specdec.sample import autoregressive_sample
 
 NGRAM_DRAFTS = ("unigram", "bigram")
@@ -83,10 +84,10 @@ def target_output_corpus(target, prompts: Sequence[Sequence[int]] | np.ndarray,
   if isinstance(prompts, np.ndarray):
     inputs = prompts
   else:
-    inputs = measure.right_pad(prompts, getattr(target, "pad_id", None))
+    inputs = right_pad(prompts, getattr(target, "pad_id", None))
   corpus = []
   greedy = SamplingConfig(temperature=0.0)
-  for x, size in measure.batched(inputs, batch):
+  for x, size in batched(inputs, batch):
     out = autoregressive_sample(target, x, jax.random.key(0),
                                 max_new_tokens=max_new_tokens, sampling=greedy,
                                 eos_id=eos_id)

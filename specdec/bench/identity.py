@@ -65,7 +65,8 @@ import numpy as np
 
 import specdec
 from specdec import data, pretrained
-from specdec.bench import cli, drafts as drafts_lib, measure as measure_lib, report
+from specdec.bench import cli, drafts as drafts_lib, report
+from specdec.data.lm_prompts import right_pad
 from specdec.models import llama
 from specdec.models.base import DecodeModel
 
@@ -214,11 +215,6 @@ def lm_prompts(tok, tasks: Sequence[str], num: int, max_prompt_tokens: int
   corpus = [target for task in tasks for i, (_, target) in enumerate(sources[task])
             if i not in used[task]]
   return prompts, messages, corpus
-
-
-# Ragged decoder-only prompts, right-padded with the target's pad_id (one copy, shared
-# with the other benchmarks).
-right_pad = measure_lib.right_pad
 
 
 def tiny_llama_draft(target: llama.Llama, dtype, seed: int) -> llama.Llama:

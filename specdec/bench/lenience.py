@@ -20,8 +20,8 @@ pair's Multi30k test sentences:
   alpha along the lenient decodes themselves (`SpeculativeStats.alpha_hat`, pooled)
   and from their accept counts;
 * the speed-up: baseline and lenient ms per token at batch 1 on --timed_sentences,
-  timed side by side (`measure.time_decodes_paired`), the prediction of Theorem
-  3.8 refined with the measured c and v (`measure.step_costs`), and Theorem 3.8
+  timed side by side (`bench.timing.time_decodes_paired`), the prediction of Theorem
+  3.8 refined with the measured c and v (`costs.step_costs`), and Theorem 3.8
   at the paper's c = 0.015, gamma = 8 from our alpha_l (the paper's Table 5 speed-ups
   are that formula at its alphas: 3.3 / 3.3 / 3.9 / 4.9x for 0.75 / 0.75 / 0.8 / 0.87);
 * the quality cost, from batched decodes of --sentences: BLEU against the references
@@ -50,7 +50,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec import data, metrics, pretrained, sample, theory
-from specdec.bench import cli, drafts as drafts_lib, measure, report
+from specdec.bench import cli, drafts as drafts_lib, report
+from specdec.bench.alpha import pooled_alpha, pooled_tokens_per_iteration
+from specdec.bench.inputs import batched, encode_sources
+from specdec.bench.timing import time_decodes_paired
+from specdec.costs import autoregressive_decoder, speculative_decoder, step_costs
 from specdec.distributions import SamplingConfig, greedy_tokens, probabilities
 
 # The paper's Table 5: T5-XXL target on WMT EnDe, alpha at l = 1, 0.5, 0.3, 0.1.
@@ -168,7 +172,7 @@ def decode_all(decode, inputs: np.ndarray, batch: int, key) -> dict[str, Any]:
   """Every input decoded in batches: tokens, lengths, log_probs and stats of the real
   rows, concatenated."""
   parts = []
-  for i, (x, size) in enumerate(measure.batched(inputs, batch)):
+  for i, (x, size) in enumerate(batched(inputs, batch)):
     out = decode(x, jax.random.fold_in(key, i))
     parts.append(jax.tree.map(lambda a, size=size: np.asarray(a)[:size], out))
   return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
@@ -208,7 +212,7 @@ def run_lenience(*, pair: str, draft_names, leniences: Sequence[float],
   target, _, vocab = pretrained.load_pair(pair)
   drafts = load_drafts(pair, draft_names, vocab, target.vocab_size, ngram_sentences)
   pairs = pretrained.test_sentences(pair)[:sentences]
-  inputs = measure.encode_sources(vocab, [en for en, _ in pairs], input_length)
+  inputs = encode_sources(vocab, [en for en, _ in pairs], input_length)
   references = [de for _, de in pairs]
   timed = [jnp.asarray(x)[None] for x in inputs[:timed_sentences]]
   key = jax.random.key(seed)
@@ -216,7 +220,7 @@ def run_lenience(*, pair: str, draft_names, leniences: Sequence[float],
   costs: dict[tuple[str, int], dict[str, float]] = {}
   for temperature in temperatures:
     sampling = SamplingConfig(temperature=temperature)
-    base = decode_all(measure.autoregressive_decoder(
+    base = decode_all(autoregressive_decoder(
         target, max_new_tokens, sampling, data.EOS_ID), inputs, batch, key)
     base_quality, base_rows, _ = quality(vocab, base, references, temperature)
     baselines.append(dict(temperature=temperature, **base_quality))
@@ -231,33 +235,33 @@ def run_lenience(*, pair: str, draft_names, leniences: Sequence[float],
     for name, draft in drafts.items():
       for gamma in gammas:
         if (name, gamma) not in costs:
-          costs[name, gamma] = measure.step_costs(
+          costs[name, gamma] = step_costs(
               target, draft, timed[0], gamma, max_new_tokens + gamma + 1,
               repeats=max(5, repeats))
         cost = costs[name, gamma]
-        decoders = {l: measure.speculative_decoder(
+        decoders = {l: speculative_decoder(
                         target, draft, gamma, max_new_tokens, sampling, data.EOS_ID,
                         lenience=l)
                     for l in leniences}
-        timing = measure.time_decodes_paired(
-            dict(baseline=measure.autoregressive_decoder(
+        timing = time_decodes_paired(
+            dict(baseline=autoregressive_decoder(
                 target, max_new_tokens, sampling, data.EOS_ID),
                  **{str(l): d for l, d in decoders.items()}), timed, key, repeats)
         base_s = timing["baseline"][0]
         for l, decode in decoders.items():
           out = decode_all(decode, inputs, batch, key)
           spec_quality, _, _ = quality(vocab, out, references, temperature, greedy_rows)
-          alpha_decode = measure.pooled_alpha(out.stats)
+          alpha_decode = pooled_alpha(out.stats)
           accepted = int(out.stats.accepted.sum())
           rejected = int(out.stats.rejected.sum())
           spec_s = timing[str(l)][0]
-          predicted = measure.predicted_speedup(alpha_decode, gamma, cost["c"],
-                                                     cost["v"])
+          predicted = float(theory.walltime_improvement(alpha_decode, gamma, cost["c"],
+                                                        cost["v"]))
           row = dict(
               temperature=temperature, draft=name, gamma=gamma, lenience=l,
               alpha=tf[name][l], alpha_decode=alpha_decode,
               alpha_accepts=accepted / max(accepted + rejected, 1),
-              tokens_per_iteration=measure.pooled_tokens_per_iteration(out.stats),
+              tokens_per_iteration=pooled_tokens_per_iteration(out.stats),
               eq1=float(theory.expected_tokens(alpha_decode, gamma)),
               c=cost["c"], v=cost["v"], baseline_ms_per_token=base_s * 1e3,
               speculative_ms_per_token=spec_s * 1e3, speedup=base_s / spec_s,

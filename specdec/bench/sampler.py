@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import specdec
-from specdec.bench import cli, measure, report
+from specdec.bench import cli, report
+from specdec.costs import median_seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +78,7 @@ def measure_sampler(vocab, gammas, max_new_tokens, repeats, sampling):
   start = time.perf_counter()
   jax.block_until_ready(baseline())
   compile_s = time.perf_counter() - start
-  wall = measure.median_seconds(baseline, repeats, warmup=0)
+  wall = median_seconds(baseline, repeats, warmup=0)
   rows.append(dict(vocab=vocab, method="autoregressive", gamma=0, compile_s=compile_s,
                    decode_s=wall, iterations=max_new_tokens,
                    us_per_iteration=wall / max_new_tokens * 1e6,
@@ -89,7 +90,7 @@ def measure_sampler(vocab, gammas, max_new_tokens, repeats, sampling):
     start = time.perf_counter()
     out = jax.block_until_ready(spec())
     compile_s = time.perf_counter() - start
-    wall = measure.median_seconds(lambda: spec().tokens, repeats, warmup=0)
+    wall = median_seconds(lambda: spec().tokens, repeats, warmup=0)
     iterations = int(out.stats.iterations[0])
     rows.append(dict(vocab=vocab, method="speculative", gamma=gamma, compile_s=compile_s,
                      decode_s=wall, iterations=iterations,

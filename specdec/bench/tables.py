@@ -7,13 +7,13 @@ a T5 or a decoder-only pair alike (`workloads.load`; the models are seen through
 * Table 3: alpha of every draft (`--drafts`: the pair's, its other shipped drafts,
   the unigram and bigram drafts, "skip:<layers>" layer-skipping drafts) the paper's
   way (Section 3.1): beta = sum_x min(p(x), q(x)) teacher-forced along the target's
-  own decodes of `--alpha-examples` prompts (`measure.teacher_forced_alpha`), pooled
+  own decodes of `--alpha-examples` prompts (`bench.alpha.teacher_forced_alpha`), pooled
   over positions, with the histogram of beta;
 * step costs of every swept draft: t_p(k) for k = gamma + 1, t_q, c = t_q / t_p(1) and
-  v(k) = t_p(k) / t_p(1) (`measure.verify_costs`; the paper's premise is v = 1);
+  v(k) = t_p(k) / t_p(1) (`costs.verify_costs`; the paper's premise is v = 1);
 * Tables 2 and 4: per temperature, one row per row kind (`row_kinds`): the baseline
   and speculative decoding with each swept draft at each fixed gamma, timed side by
-  side at batch 1 (`measure.time_decodes_paired`): ms/token, the measured speed-up,
+  side at batch 1 (`bench.timing.time_decodes_paired`): ms/token, the measured speed-up,
   alpha along the decode and from accept counts, tokens per iteration against Eq. 1,
   Theorem 3.8's prediction with v = 1 and with the measured v, measured / predicted,
   Theorem 3.11's operations factor (T5 pairs), the task metric of both decodes, and
@@ -36,7 +36,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec import theory
-from specdec.bench import cli, drafts as drafts_lib, measure, report, workloads
+from specdec.bench import cli, drafts as drafts_lib, report, workloads
+from specdec.bench.alpha import (pooled_alpha, pooled_tokens_per_iteration,
+                                 teacher_forced_alpha)
+from specdec.bench.inputs import batched
+from specdec.bench.t5_shapes import decode_ops_per_token
+from specdec.bench.timing import time_decodes_paired
+from specdec.costs import autoregressive_decoder, speculative_decoder, verify_costs
 from specdec.distributions import SamplingConfig
 from specdec.sample import autoregressive_sample
 
@@ -86,7 +92,7 @@ class Baseline:
 
   def decoder(self, target, drafts, sampling, max_new_tokens, eos_id) -> Callable:
     del drafts
-    return measure.autoregressive_decoder(target, max_new_tokens, sampling, eos_id)
+    return autoregressive_decoder(target, max_new_tokens, sampling, eos_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,16 +108,18 @@ class FixedGamma:
     return f"{self.draft} gamma={self.gamma}"
 
   def decoder(self, target, drafts, sampling, max_new_tokens, eos_id) -> Callable:
-    return measure.speculative_decoder(target, drafts[self.draft], self.gamma,
-                                       max_new_tokens, sampling, eos_id)
+    return speculative_decoder(target, drafts[self.draft], self.gamma,
+                               max_new_tokens, sampling, eos_id)
 
   def predict(self, alpha: float, costs: dict[str, Any]) -> dict[str, float]:
     c, v = costs["c"], costs["v"][self.gamma + 1]
     return dict(eq1=float(theory.expected_tokens(alpha, self.gamma)), c=c, v=v,
                 t_p1=costs["t_p1"], t_q=costs["t_q"],
                 t_p_gamma1=costs["t_p"][self.gamma + 1],
-                predicted_speedup=measure.predicted_speedup(alpha, self.gamma, c, v),
-                predicted_speedup_paper=measure.predicted_speedup(alpha, self.gamma, c))
+                predicted_speedup=float(theory.walltime_improvement(alpha, self.gamma, c,
+                                                                    v)),
+                predicted_speedup_paper=float(theory.walltime_improvement(alpha, self.gamma,
+                                                                          c)))
 
 
 def row_kinds(config: Config) -> list[Any]:
@@ -129,12 +137,12 @@ def measure_alpha(target, drafts: dict[str, Any], inputs: np.ndarray,
   [N, S] (the last batch filled with copies of its first row, dropped here): {draft:
   float[positions]}, whose mean is the paper's alpha."""
   betas: dict[str, list[np.ndarray]] = {d: [] for d in drafts}
-  for i, (x, size) in enumerate(measure.batched(inputs, batch)):
+  for i, (x, size) in enumerate(batched(inputs, batch)):
     out = autoregressive_sample(target, x, jax.random.fold_in(key, i),
                                 max_new_tokens=max_new_tokens, sampling=sampling,
                                 eos_id=eos_id)
-    for name, rows in measure.teacher_forced_alpha(target, drafts, x, out.tokens,
-                                                   out.lengths, sampling).items():
+    for name, rows in teacher_forced_alpha(target, drafts, x, out.tokens,
+                                           out.lengths, sampling).items():
       betas[name] += rows[:size]
   return {d: np.concatenate(b) if b else np.zeros(0) for d, b in betas.items()}
 
@@ -196,8 +204,8 @@ def _ngram_corpus(config: Config, w: workloads.Workload, kind: str | None,
 def _ops_per_token(model) -> int | None:
   cfg = getattr(model, "config", None)
   if cfg is None or not hasattr(cfg, "num_decoder_layers"):
-    return None  # Theorem 3.11's count is T5's (`measure.decode_ops_per_token`).
-  return measure.decode_ops_per_token(cfg)
+    return None  # Theorem 3.11's count is T5's (`bench.t5_shapes.decode_ops_per_token`).
+  return decode_ops_per_token(cfg)
 
 
 def _concat_stats(outputs):
@@ -220,14 +228,14 @@ def speculative_row(kind: FixedGamma, task: str, temperature: float, alpha: floa
   outputs)`) of the baseline and of `kind`, alpha teacher-forced, and the costs."""
   (base_s, base_out), (spec_s, spec_out) = base, spec
   stats = _concat_stats(spec_out)
-  alpha_decode = measure.pooled_alpha(stats)
+  alpha_decode = pooled_alpha(stats)
   accepted, rejected = int(stats.accepted.sum()), int(stats.rejected.sum())
   row = dict(task=task, temperature=float(temperature), kind=type(kind).__name__,
              draft=kind.draft, gamma=kind.gamma, alpha=alpha, alpha_decode=alpha_decode,
              alpha_accepts=accepted / max(accepted + rejected, 1),
              iterations=int(stats.iterations.sum()), accepted=accepted,
              rejected=rejected, nonfinite=int(stats.nonfinite.sum()),
-             tokens_per_iteration=measure.pooled_tokens_per_iteration(stats),
+             tokens_per_iteration=pooled_tokens_per_iteration(stats),
              baseline_ms_per_token=base_s * 1e3, speculative_ms_per_token=spec_s * 1e3,
              speedup=base_s / spec_s)
   row.update(kind.predict(alpha, costs))
@@ -268,10 +276,10 @@ def run(config: Config) -> dict[str, Any]:
   timed_inputs = [jnp.asarray(x[None]) for x in w.inputs[:config.examples]]
   alpha_inputs = w.inputs[:config.alpha_examples]
   max_length = config.max_new_tokens + max(config.gammas) + 1
-  costs = {d: measure.verify_costs(w.target, drafts[d], timed_inputs[0],
-                                   [g + 1 for g in config.gammas], max_length,
-                                   repeats=config.cost_repeats, steps=config.cost_steps,
-                                   rounds=config.cost_rounds) for d in config.sweep}
+  costs = {d: verify_costs(w.target, drafts[d], timed_inputs[0],
+                           [g + 1 for g in config.gammas], max_length,
+                           repeats=config.cost_repeats, steps=config.cost_steps,
+                           rounds=config.cost_rounds) for d in config.sweep}
   target_ops = _ops_per_token(w.target)
   c_hat = {d: (_ops_per_token(m) / target_ops if target_ops and _ops_per_token(m)
                else None) for d, m in drafts.items()}
@@ -290,8 +298,8 @@ def run(config: Config) -> dict[str, Any]:
                         beta_hist=_histogram(b)) for d, b in betas.items()]
     decoders = {k.name: k.decoder(w.target, drafts, sampling, config.max_new_tokens,
                                   w.eos_id) for k in kinds}
-    timed = measure.time_decodes_paired(decoders, timed_inputs,
-                                        jax.random.fold_in(key, 2), config.repeats)
+    timed = time_decodes_paired(decoders, timed_inputs,
+                                jax.random.fold_in(key, 2), config.repeats)
     base = timed[kinds[0].name]
     base_metric = _metric(w, base[1])
     baseline_rows.append(dict(task=task, temperature=float(temperature),

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from specdec import data, pretrained
-from specdec.bench import measure
+from specdec.data.lm_prompts import right_pad
 
 # Toy pairs: (family, vocabulary size, EOS id, pad id).
 TOY_PAIRS = {"toy_llama": ("llama", 97, 2, 0), "toy_t5": ("t5", 64, 1, 0)}
@@ -122,7 +122,7 @@ def load(pair: str, num: int, *, draft: str = "draft", input_length: int = 48,
   if pair in pretrained.LM_PAIRS:
     target, model, tok = pretrained.load_pair(pair, draft=draft)
     messages = list(pretrained.lm_eval_prompts(pair))[:num]
-    inputs = measure.right_pad(chat_ids(tok, messages), target.pad_id)
+    inputs = right_pad(chat_ids(tok, messages), target.pad_id)
     return Workload(pair, "llama", target, {draft: model}, inputs, tok.eos_id,
                     decode=tok.decode, texts=messages)
   target, model, vocab = pretrained.load_pair(pair, draft=draft)

@@ -3,7 +3,7 @@
 `Proposer` is the one protocol the decode loop calls. `as_proposer` turns what users
 pass as `draft` into one: a `DecodeModel` (a small model, `ContextLookup`,
 `Shortlist`, a layer-skipped `Llama`, an n-gram table) becomes a `ModelProposer`; a
-feature draft (`specdec.models.eagle.FeatureDraft`) a `FeatureProposer`; a
+feature draft (`specdec.drafts.eagle.FeatureDraft`) a `FeatureProposer`; a
 `Proposer` is used as it is.
 """
 

@@ -15,7 +15,7 @@ where f_{t-1} is the target's feature h_{t-1} where the target has computed it a
 the draft's own g_{t-1} for the positions it is drafting ahead. `layer` is one
 Llama decoder layer at the target's width with its own key/value cache, `embed` is
 the target's token embedding (shared, not copied), and `head` is the target's tied
-output layer restricted to a shortlist of N ids (`specdec.models.shortlist`): q is
+output layer restricted to a shortlist of N ids (`specdec.drafts.shortlist`): q is
 zero off the list, which Algorithm 1 allows.
 
 Parameter tree (T5X-style names, float32 or bfloat16 leaves):
@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec.backends import cpu as kernels
+from specdec.backends import cpu
 from specdec.drafts import shortlist
 from specdec.models import base, llama
 
@@ -123,7 +123,7 @@ def from_target(target: llama.Llama, params: Any, ids: Sequence[int]) -> 'Featur
 
 
 def decode_matrices(params: Any) -> dict[str, tuple[Array, bool]]:
-  """{path: (matrix, transposed)} of every matrix a step reads (`kernels.pack_tree`)."""
+  """{path: (matrix, transposed)} of every matrix a step reads (`cpu.pack_tree`)."""
   flat = flax.traverse_util.flatten_dict(params, sep='/')
   matrices = {k: (v, False) for k, v in flat.items() if k.endswith('/kernel')}
   matrices['head/embedding'] = (flat['head/embedding'], True)
@@ -152,7 +152,7 @@ class FeatureDraft:
     embedding: the target's token embedding [V, d] (the input side).
     ids: int32[N], the full-vocabulary id of each head row.
     pad_id: (static) the prompts' right-padding id, or None.
-    packed: None, or the `kernels.pack_tree` copy of `decode_matrices(params)`.
+    packed: None, or the `cpu.pack_tree` copy of `decode_matrices(params)`.
   """
 
   config: llama.LlamaConfig = flax.struct.field(pytree_node=False)
@@ -193,13 +193,13 @@ class FeatureDraft:
     return self.config.hidden_size
 
   def with_packed_weights(self) -> 'FeatureDraft':
-    """This draft with its matrices packed for `specdec.kernels` where enabled
+    """This draft with its matrices packed for `specdec.backends.cpu` where enabled
     (bfloat16 packs where bfloat16 holds every weight exactly)."""
-    if self.packed is not None or not kernels.enabled():
+    if self.packed is not None or not cpu.enabled():
       return self
     if jnp.dtype(self.config.dtype) != jnp.float32:
       return self
-    return self.replace(packed=kernels.pack_tree(decode_matrices(self.params)))
+    return self.replace(packed=cpu.pack_tree(decode_matrices(self.params)))
 
   def _prompt(self) -> llama.Llama:
     # Prompt lengths and start tokens depend on the vocabulary and pad_id only: the
@@ -213,7 +213,7 @@ class FeatureDraft:
              cache: tuple[Array, Array]):
     variables = {'params': self.params}
     if self.packed is not None:
-      variables[kernels.PACKED] = self.packed
+      variables[cpu.PACKED] = self.packed
     embedded = jnp.take(jnp.asarray(self.embedding, self.config.dtype), tokens, axis=0,
                         mode='clip')
     module = FeatureLayer(self.config, int(self.ids.shape[0]))

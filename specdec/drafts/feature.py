@@ -1,6 +1,6 @@
 """A draft that reads the target's features (EAGLE), as a `Proposer`.
 
-The draft model itself is `specdec.models.eagle.FeatureDraft`. Its q at a position
+The draft model itself is `specdec.drafts.eagle.FeatureDraft`. Its q at a position
 depends on the target's feature (last hidden state) of the position before, which the
 target computes in its verification call. So that the draft's cache never keeps its
 own guesses for committed positions, each iteration re-feeds it every token the last
@@ -43,7 +43,7 @@ class FeatureProposerState:
 
 @flax.struct.dataclass
 class FeatureProposer:
-  """`specdec.models.eagle.FeatureDraft` driven by the target's features."""
+  """`specdec.drafts.eagle.FeatureDraft` driven by the target's features."""
 
   draft: Any
   reads_target_features = True

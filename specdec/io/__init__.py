@@ -8,9 +8,6 @@
   `save_gguf`.
 * `specdec.io.tokenizer`: `Tokenizer` (byte-level BPE and chat template from a GGUF
   file) and `T5Tokenizer` (T5's SentencePiece), both `TextTokenizer`s.
-
-The older module names `specdec.checkpoints`, `specdec.checkpoints_gguf` and
-`specdec.tokenizer` stay as aliases of these.
 """
 
 from specdec.io.gguf import load_gguf, save_gguf

@@ -22,7 +22,7 @@ The parameter tree uses T5X-style names and logical axes (`specdec.sharding`):
 
 Every kernel is [in, out], the transpose of the Hugging Face `nn.Linear` weight, with
 the query/key columns in Hugging Face's order
-(`specdec.checkpoints.llama_params_from_hf`).
+(`specdec.io.hf.llama_params_from_hf`).
 
 Speculative decoding (Leviathan, Kalman & Matias, ICML 2023) needs the target to score
 gamma + 1 tokens in one call ("run Mp in parallel", Algorithm 1), with every row of a
@@ -186,7 +186,7 @@ CONFIGS: dict[str, LlamaConfig] = {
     # RoPE base and tied embedding; 6,816,384 parameters, 13.6 MB in bfloat16.
     'smollm2_draft': _smollm2(hidden_size=128, intermediate_size=512, num_layers=2,
                               num_heads=2, num_kv_heads=2, rope_theta=100000.0),
-    # The shortlist draft shipped for SmolLM2-135M-Instruct (`specdec.models.shortlist`):
+    # The shortlist draft shipped for SmolLM2-135M-Instruct (`specdec.drafts.shortlist`):
     # its output covers the 8192 tokens the target says most often (+ one id for all
     # others), which buys 3x the width of `smollm2_draft` for the same parameter count
     # (6,981,888); a step costs ~1.6x the d 128 draft's on the reference CPU (c 0.050
@@ -523,7 +523,7 @@ class Transformer(nn.Module):
       caches: per layer, (key, value) [B, T, KV, hd].
       logits: False skips the output layer (the prompt's prefill) and returns None.
       features: also return the normed last hidden states [B, k, d], the vector the
-        output layer reads (a feature draft's input, `specdec.models.eagle`).
+        output layer reads (a feature draft's input, `specdec.drafts.eagle`).
 
     Returns:
       (float32 logits [B, k, V] or None, the caches with the chunk written), and the
@@ -708,7 +708,7 @@ def decode_matrices(cfg: LlamaConfig, params: Any) -> dict[str, tuple[Array, boo
   token: each layer's query, key, value, out, wi_0, wi_1 and wo kernels ([in, out],
   transposed False) and the output layer (`logits_dense/kernel`, or the tied
   `token_embedder/embedding` [V, d], transposed True). What `pack_params` packs and
-  `specdec.benchmarking.weight_stream_seconds` streams."""
+  `specdec.bench.roofline.weight_stream_seconds` streams."""
   _check_config(cfg)
   flat = traverse_util.flatten_dict(params, sep='/')
   matrices = {name: (value, False) for name, value in flat.items()
@@ -929,7 +929,7 @@ class Llama:
   def init_with_features(self, inputs: Array, max_length: int
                          ) -> tuple[LlamaState, Array]:
     """`init`, and the features (normed last hidden states) [B, S - 1, d] of the
-    positions it fed: what a feature draft's `init` reads (`specdec.models.eagle`)."""
+    positions it fed: what a feature draft's `init` reads (`specdec.drafts.eagle`)."""
     return self.init(inputs, max_length, features=True)
 
   def extend_with_features(self, state: LlamaState, tokens: Array

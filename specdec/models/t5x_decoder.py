@@ -20,7 +20,7 @@ into the query initializer), a ReLU or gated MLP, and logits through the embeddi
     decoder/logits_dense/kernel [E, V]   (logits_via_embedding=False only)
 
 so a T5X checkpoint of `network.DecoderWrapper` loads with no renaming
-(`specdec.checkpoints.load_t5x(path)` reads it), and `Transformer` can be the
+(`specdec.io.load_t5x(path)` reads it), and `Transformer` can be the
 `module` of T5X's `DecoderOnlyModel` for training and scoring.
 
 Prompts are passed as T5X's `DecoderOnlyModel.predict_batch_with_aux` passes them to

@@ -9,7 +9,7 @@ import pytest
 import distill_eagle
 import specdec
 from specdec.distributions import SamplingConfig
-from specdec.models import eagle
+from specdec.drafts import eagle
 from test_eagle import target_features
 from test_llama import tiny_model
 

@@ -111,13 +111,13 @@ def test_responses_cut_at_the_first_eos_and_pad_after_it():
 
 
 def _tiny_llama(tmp_path, vocab=64):
-  from specdec import checkpoints
+  from specdec.io.hf import save_hf_llama
   from specdec.models import llama
   cfg = llama.LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
                           num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16,
                           rope_theta=10000.0, tie_word_embeddings=True)
   params = llama.random_params(cfg, 3)
-  checkpoints.save_hf_llama(tmp_path / "draft", cfg, params)
+  save_hf_llama(tmp_path / "draft", cfg, params)
   return cfg, params
 
 
@@ -329,8 +329,9 @@ def test_the_evaluated_draft_is_packed_as_load_pair_packs_it():
   `pretrained.load_pair` gives users (packed weights, in bfloat16 for its bfloat16
   values), not an unpacked copy that costs 1.5x per step."""
   pytest.importorskip('gguf')
-  from specdec import kernels, pretrained
-  if not kernels.enabled():
+  from specdec import pretrained
+  from specdec.backends import cpu
+  if not cpu.enabled():
     pytest.skip('no CPU kernel here: nothing is packed')
   try:
     pretrained.lm_path('smollm2_135m_instruct', verify=False)
@@ -380,7 +381,7 @@ def test_config_json_drops_what_a_checkpoint_does_not_fix():
 def test_corpus_alpha_is_the_mean_beta_over_every_batch():
   """alpha over cached batches pools every generated position of every batch (a
   position-weighted mean, not a mean of per-batch means), from specdec's betas."""
-  from specdec import benchmarking
+  from specdec.bench.alpha import teacher_forced_betas
   from test_llama import tiny_model
   target, draft = tiny_model(0), tiny_model(1)
   sampling = lm_decodes.SAMPLED
@@ -390,7 +391,7 @@ def test_corpus_alpha_is_the_mean_beta_over_every_batch():
                   lengths=np.asarray(lengths, np.int32))
              for n, lengths in ((2, [6, 2]), (1, [3]))]
   betas = np.concatenate([
-      np.concatenate(benchmarking.teacher_forced_betas(
+      np.concatenate(teacher_forced_betas(
           target, draft, b["inputs"], b["tokens"], b["lengths"], sampling))
       for b in batches])
   assert len(betas) == 11

@@ -7,7 +7,7 @@
 // product does not: for 2 <= k <= 8 it streams the weights at about half the rate of
 // its one-row path. This kernel keeps the k rows' partial sums of a 32-column tile in
 // vector registers and reads the weights once, in order, from a tile-major copy
-// (`specdec.kernels.pack`: w [K, N] -> p [N / 32, K, 32], each tile contiguous, which
+// (`specdec.backends.cpu.pack`: w [K, N] -> p [N / 32, K, 32], each tile contiguous, which
 // the hardware prefetchers stream at full rate; a row-major [K, N] walked by tiles is
 // a strided read at half the rate), with the tiles split over XLA's intra-op threads.
 //

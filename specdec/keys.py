@@ -1,4 +1,8 @@
-"""Per-row random keys: a row's draws depend on its own key and iteration only."""
+"""Per-row random keys: a row's draws depend on its own key and iteration only.
+
+The samplers' convention (`specdec.sample`), public so that whatever replays part of a
+decode (the benchmarks' draft loop) draws what the decode draws.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import jax.numpy as jnp
 Array = jax.Array
 
 
-def _wrap_raw_key(rng: Array) -> Array:
+def wrap_raw_key(rng: Array) -> Array:
   """A raw uint32 key array as a typed key: the default PRNG implementation's shape
   first (threefry: [..., 2]), else rbg's [..., 4] (`jax.random.key_impl` names)."""
   if rng.dtype != jnp.uint32:
@@ -26,10 +30,10 @@ def _wrap_raw_key(rng: Array) -> Array:
     ) from default_error
 
 
-def _row_keys(rng: Array, batch: int) -> Array:
+def row_keys(rng: Array, batch: int) -> Array:
   """One typed PRNG key per row, from one key (folded with the row index) or [B]."""
   if not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
-    rng = _wrap_raw_key(rng)
+    rng = wrap_raw_key(rng)
   if rng.shape == ():
     return jax.vmap(lambda b: jax.random.fold_in(rng, b))(jnp.arange(batch))
   if rng.shape == (batch,):
@@ -38,7 +42,7 @@ def _row_keys(rng: Array, batch: int) -> Array:
       f"rng must be one key or one key per row ({batch}), got key shape {rng.shape}")
 
 
-def _iteration_keys(row_keys: Array, iterations: Array, num: int) -> Array:
+def iteration_keys(row_keys: Array, iterations: Array, num: int) -> Array:
   """[B] keys and per-row iteration counts -> [B, num] keys, fresh each iteration."""
   return jax.vmap(lambda k, i: jax.random.split(jax.random.fold_in(k, i), num))(
       row_keys, iterations)

@@ -1,7 +1,9 @@
 """Chat prompts for a decoder-only target, built deterministically from shipped text.
 
-    train, evaluation = specdec.lm_prompts.split()
-    ids = specdec.lm_prompts.encode(tokenizer, evaluation[0])   # chat template applied
+    from specdec.data import lm_prompts
+    train, evaluation = lm_prompts.split()
+    ids = lm_prompts.encode(tokenizer, evaluation[0])   # chat template applied
+    inputs = lm_prompts.right_pad([ids], pad_id)        # int32[1, S]
 
 Three shipped sources (provenance and licences in `specdec/data/PROVENANCE.md` and the
 multi30k_ende model card), each with its own instructions:
@@ -27,12 +29,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from specdec import data
-from specdec.bench import measure
 
 MULTI30K_EN_FILE = (data.DATA_DIR.parent / 'weights' / 'multi30k_ende'
                     / 'test_2016_flickr.en')
@@ -205,6 +206,26 @@ def encode(tokenizer, content: str) -> list[int]:
                                        add_generation_prompt=True)
 
 
-# Ragged prompts right-padded with the model's pad_id (`llama.Llama`'s layout); one
-# copy for the package, in `specdec.bench.measure`.
-right_pad = measure.right_pad
+def right_pad(prompts: Any, pad_id: int | None, length: int | None = None) -> np.ndarray:
+  """int32[N, S]: token-id prompts right-padded with `pad_id` to `length` (None: the
+  longest), `llama.Llama`'s convention for ragged prompts.
+
+  Raises ValueError when a prompt ends with `pad_id` (it would be read as padding),
+  when prompts differ in length and `pad_id` is None, or when one exceeds `length`.
+  """
+  prompts = [np.asarray(p, np.int64).reshape(-1) for p in prompts]
+  if not prompts or any(p.size == 0 for p in prompts):
+    raise ValueError('prompts: need at least one prompt, each of at least one token')
+  longest = max(p.size for p in prompts)
+  length = longest if length is None else length
+  if longest > length:
+    raise ValueError(f'prompts: a prompt of {longest} tokens exceeds length {length}')
+  if pad_id is None and any(p.size != length for p in prompts):
+    raise ValueError('prompts: of different lengths, but there is no pad_id')
+  out = np.full((len(prompts), length), 0 if pad_id is None else pad_id, np.int32)
+  for i, p in enumerate(prompts):
+    if pad_id is not None and p[-1] == pad_id:
+      raise ValueError(f'prompts: prompt {i} ends with pad_id={pad_id}, which would be '
+                       'read as padding')
+    out[i, :p.size] = p
+  return out
