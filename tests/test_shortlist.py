@@ -15,7 +15,7 @@ from specdec import sample as sample_lib
 from specdec import verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
 from specdec.models import llama, shortlist
-from test_sample import ConstantLM, emission_probabilities
+from helpers import ConstantLM, emission_probabilities
 
 V = 49152  # SmolLM2's vocabulary.
 GREEDY = SamplingConfig(temperature=0.0)
