@@ -30,7 +30,8 @@ def bigram_model(table, max_length=None):
                                   params=table)
 
 
-def _running_mean_logits(tokens, p):
+def running_mean_logits(tokens, p):
+  """`context_model`'s logits [B, T, V] of tokens [B, T] under parameters `p`."""
   e = p["emb"][tokens]
   mean = jnp.cumsum(e, axis=1) / jnp.arange(1, tokens.shape[1] + 1)[None, :, None]
   return 3.0 * jnp.tanh(mean) @ p["w"] + p["bigram"][tokens]
@@ -42,7 +43,7 @@ def context_model(key, vocab, dim=8):
   params = dict(emb=jax.random.normal(k1, (vocab, dim)),
                 w=jax.random.normal(k2, (dim, vocab)),
                 bigram=jax.random.normal(k3, (vocab, vocab)))
-  return specdec.CausalLM.from_fn(_running_mean_logits, vocab, params=params)
+  return specdec.CausalLM.from_fn(running_mean_logits, vocab, params=params)
 
 
 def emission_probabilities(p, q):

@@ -20,7 +20,8 @@ from specdec import verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
 from helpers import (CHI2_PVALUE, GREEDY, NUM_NEW, ConstantLM, bigram_model,
                      chi_square_pvalue, context_model, emission_probabilities,
-                     exact_sequence_distribution, normalize, step_cases, toy_tables)
+                     exact_sequence_distribution, normalize, running_mean_logits,
+                     step_cases, toy_tables)
 
 
 # ------------------------------------------------------------------ one step, exactly
@@ -578,7 +579,7 @@ def test_log_probs_are_the_targets_sampling_log_probabilities_of_the_output():
   out = specdec.speculative_sample(target, draft, inputs, jax.random.key(3), gamma=3,
                                    max_new_tokens=7, sampling=sampling, eos_id=4)
   full = jnp.concatenate([inputs, out.tokens], axis=1)
-  probs = probabilities(_running_mean_logits(full, target.params), sampling)
+  probs = probabilities(running_mean_logits(full, target.params), sampling)
   expected = np.log(np.maximum(np.take_along_axis(
       np.asarray(probs[:, 1:-1]), np.asarray(out.tokens)[..., None], -1)[..., 0], 1e-30))
   valid = np.arange(7)[None] < np.asarray(out.lengths)[:, None]
