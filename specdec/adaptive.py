@@ -39,7 +39,7 @@ import functools
 import json
 import math
 import numbers
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import flax.struct
 import jax
@@ -252,6 +252,35 @@ class AutoGamma:
     """Theorem 3.8 with this rule's costs, for one gamma of the set."""
     cost = self.costs[self.gammas.index(gamma)]
     return float(theory.expected_tokens(alpha, gamma) / cost)
+
+  def pick(self, progress: "Progress") -> Array:
+    """int32, the index in `gammas` of the next iteration's gamma, from the decode's
+    past (`choose` on alpha_hat, the active rows and their remaining tokens). The
+    decode loop calls nothing else of a rule to choose: a subclass that overrides it
+    chooses otherwise (a fixed schedule, say), with the same exactness argument as
+    long as it reads the past only."""
+    return choose(self, progress.alpha_hat, progress.active, progress.remaining)
+
+
+class Progress(NamedTuple):
+  """Where a decode stands before an iteration: what `AutoGamma.pick` may read.
+
+  Attributes:
+    alpha_hat: float32[B], the online acceptance estimate (`Estimate.alpha`).
+    active: bool[B], rows not yet done.
+    remaining: int32[B], tokens each row may still emit.
+    iterations: int32[B], iterations each row has run.
+    row_keys: [B], the rows' PRNG keys. The iteration's own draws are derived from
+      them and `iterations` (`specdec.sample.draws`): a rule that read those draws
+      would no longer choose from the past only, and the output would lose Mp's law.
+      A randomized rule draws from a stream of its own (another fold-in).
+  """
+
+  alpha_hat: Array
+  active: Array
+  remaining: Array
+  iterations: Array
+  row_keys: Array
 
 
 def useful_gammas(gammas: Sequence[int], costs: Sequence[float]) -> tuple[int, ...]:

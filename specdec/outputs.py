@@ -49,6 +49,18 @@ class SpeculativeStats:
   alpha_trace: Optional[Array] = None
   gammas: tuple[int, ...] = flax.struct.field(pytree_node=False, default=())
 
+  @classmethod
+  def zeros(cls, batch: int, gammas: tuple[int, ...], max_new_tokens: int
+            ) -> "SpeculativeStats":
+    """The statistics of B rows before their first iteration."""
+    zeros = jnp.zeros((batch,), jnp.int32)
+    return cls(iterations=zeros, drafted=zeros, accepted=zeros,
+               beta_sum=jnp.zeros((batch,), jnp.float32), beta_count=zeros,
+               rejected=zeros, nonfinite=zeros,
+               gamma_counts=jnp.zeros((batch, len(gammas)), jnp.int32),
+               alpha_trace=jnp.zeros((batch, max_new_tokens), jnp.float32),
+               gammas=tuple(gammas))
+
   @property
   def alpha_hat(self) -> Array:
     """float32[B], the paper's estimate of alpha: the mean beta along the decode."""

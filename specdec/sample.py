@@ -11,15 +11,20 @@ that every output sequence has exactly Mp's distribution (Appendix A.1), taking
   4. Correct: t ~ norm(max(0, p_{n+1} - q_{n+1})) if n < gamma, else t ~ p_{gamma+1};
      commit x_1..x_n, t (steps 3 and 4: `specdec.verify`).
 
+In the loop below, one function per step: `draws` (the iteration's r_i and keys),
+`_draft` (1), `_verify` (2), `verify.verify` (3 and 4), `_commit`, and `_count` (the
+statistics).
+
 Every random draw is exact to float32 precision for every token, however rare
 (`distributions.sample_categorical`, `distributions.uniform`), so the output law is
 Mp's at any vocabulary size, not Mp's rounded to a 2^-23 grid.
 
 gamma is an int, or an `AutoGamma` rule that picks it before each iteration from a
 static set by Theorem 3.8, from what the decode has seen (`specdec.adaptive`; each
-iteration keeps Algorithm 1's guarantee because the choice depends on the past only).
-The iteration for each gamma of the set is its own branch of a `lax.switch`, so every
-chunk has a static length and a gamma-0 iteration makes no draft call at all.
+iteration keeps Algorithm 1's guarantee because the choice depends on the past only:
+`AutoGamma.pick` reads an `adaptive.Progress`). The iteration for each gamma of the set
+is its own inner loop, so every chunk has a static length and a gamma-0 iteration
+makes no draft call at all.
 
 Lenience (Appendix A.5, opt-in, off by default): with l < 1, step 3 accepts iff
 r_i l q_i(x_i) < p_i(x_i) and step 4 samples norm(max(0, p - l q)); no token then has
@@ -33,7 +38,7 @@ random key) and stop on EOS or `max_new_tokens`; a finished row stops changing.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import flax.struct
 import jax
@@ -44,6 +49,7 @@ from specdec._checks import check_common, check_lenience, check_positive_int
 from specdec.adaptive import AutoGamma
 from specdec.distributions import (SamplingConfig, greedy_tokens_checked,
                                    probabilities_checked, sample_categorical, uniform)
+from specdec.drafts.base import where_active
 from specdec.models.base import DecodeModel, write_rows
 from specdec.outputs import AutoregressiveStats, SampleOutput, SpeculativeStats
 from specdec.keys import iteration_keys as _iteration_keys, row_keys as _row_keys
@@ -55,19 +61,6 @@ Array = jax.Array
 
 
 # ------------------------------------------------------------------------ the decode loop
-
-
-def _target_init(target, inputs, capacity, with_features: bool):
-  if with_features:
-    return target.init_with_features(inputs, capacity)
-  return target.init(inputs, capacity), None
-
-
-def _target_extend(target, state, chunk, with_features: bool):
-  if with_features:
-    return target.extend_with_features(state, chunk)
-  logits, state = target.extend(state, chunk)
-  return logits, None, state
 
 
 @flax.struct.dataclass
@@ -100,6 +93,74 @@ class _SpeculativeState:
   stats: SpeculativeStats
 
 
+class Draws(NamedTuple):
+  """One iteration's randomness, per row (`draws`).
+
+  Attributes:
+    draft_keys: [B, gamma] PRNG keys of the draft steps.
+    r: float32[B, G], the uniforms r_i of the acceptance test (G: the largest gamma;
+      the iteration reads the first gamma); None at temperature 0 or gamma 0.
+    t_keys: [B] PRNG keys of the corrected token t.
+  """
+
+  draft_keys: Array
+  r: Optional[Array]
+  t_keys: Array
+
+
+def draws(row_keys: Array, iterations: Array, gamma: int, max_gamma: int,
+          sampling: SamplingConfig) -> Draws:
+  """The draws of each row's next iteration: its key folded with its iteration count,
+  then with 0 (draft), 1 (r) and 2 (t). Fresh each iteration, and a function of the
+  row's own key only, so a row's output does not depend on its batch."""
+  base = jax.vmap(jax.random.fold_in)(row_keys, iterations)
+  draft_keys, r_keys, t_keys = (
+      jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(base) for i in range(3))
+  r = (None if sampling.greedy or gamma == 0
+       else jax.vmap(lambda k: uniform(k, (max_gamma,)))(r_keys))
+  return Draws(jax.vmap(lambda k: jax.random.split(k, gamma))(draft_keys), r, t_keys)
+
+
+class _TargetCall(NamedTuple):
+  """Step 2's call of Mp on [last, x_1..x_gamma].
+
+  Attributes:
+    logits: [B, gamma + 1, V], Mp's logits at those positions.
+    features: [B, gamma + 1, d], Mp's features there, or None unless the proposer
+      reads them.
+    target_state: Mp's state holding all gamma + 1 tokens (the loop rewinds it).
+    start: int32[B], Mp's length before the call.
+  """
+
+  logits: Array
+  features: Optional[Array]
+  target_state: Any
+  start: Array
+
+
+def _target_init(target, inputs, capacity, with_features: bool):
+  if with_features:
+    return target.init_with_features(inputs, capacity)
+  return target.init(inputs, capacity), None
+
+
+def _draft(proposer: drafts.Proposer, s: _SpeculativeState, keys: Array,
+           sampling: SamplingConfig, gamma: int) -> drafts.Proposal:
+  """Step 1: x_1..x_gamma, x_i ~ q_i, from the proposer."""
+  return drafts.Proposal(*proposer.propose(s.proposer_state, keys, sampling, gamma))
+
+
+def _verify(target, s: _SpeculativeState, x: Array, with_features: bool) -> _TargetCall:
+  """Step 2: ONE call of Mp over the gamma + 1 positions [last, x_1..x_gamma], which
+  gives p_1..p_{gamma+1}."""
+  start = target.lengths(s.target_state)
+  chunk = jnp.concatenate([s.last[:, None], x], axis=1)
+  if with_features:
+    return _TargetCall(*target.extend_with_features(s.target_state, chunk), start=start)
+  logits, target_state = target.extend(s.target_state, chunk)
+  return _TargetCall(logits, None, target_state, start)
+
+
 def _first_eos(chunk: Array, valid: Array, eos_id: Optional[int]) -> Array:
   """Index of the first valid EOS in each row of chunk [B, k], or k. int32[B]."""
   k = chunk.shape[1]
@@ -107,6 +168,62 @@ def _first_eos(chunk: Array, valid: Array, eos_id: Optional[int]) -> Array:
     return jnp.full(chunk.shape[:1], k, jnp.int32)
   is_eos = (chunk == eos_id) & valid
   return jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), k).astype(jnp.int32)
+
+
+def _commit(s: _SpeculativeState, proposer: drafts.Proposer, target, proposal,
+            call: _TargetCall, verdict: verify.Verdict, gamma: int, max_new_tokens: int,
+            eos_id: Optional[int]) -> _SpeculativeState:
+  """Commits x_1..x_n, t in each active row (up to its first EOS); a finished row
+  stops changing. The chunk's slots past n hold t too and are never read."""
+  n, t = verdict.n, verdict.t
+  active = ~s.done
+  chunk = jnp.where(jnp.arange(gamma + 1)[None] < n[:, None],
+                    jnp.concatenate([proposal.x, t[:, None]], axis=1), t[:, None])
+  chunk_log_probs = (jnp.zeros(chunk.shape, jnp.float32) if verdict.p is None
+                     else verify.log_probs(verify.take(verdict.p, chunk)))
+  eos_at = _first_eos(chunk, jnp.arange(gamma + 1)[None] <= n[:, None], eos_id)
+  hit_eos = eos_at <= n
+  num_generated = s.num_generated + jnp.where(hit_eos, eos_at, n) + 1
+  keep = functools.partial(where_active, active)
+  return s.replace(
+      target_state=target.rewind(call.target_state,
+                                 jnp.where(active, call.start + n + 1, call.start)),
+      proposer_state=proposer.commit(proposal.state, chunk, n, gamma, call.features,
+                                     active),
+      last=keep(t, s.last),
+      tokens=keep(write_rows(s.tokens, chunk, s.num_generated), s.tokens),
+      log_probs=keep(write_rows(s.log_probs, chunk_log_probs, s.num_generated),
+                     s.log_probs),
+      num_generated=keep(num_generated, s.num_generated),
+      done=s.done | hit_eos | (num_generated >= max_new_tokens))
+
+
+def _observed(n: Array, gamma: int, active: Array) -> Array:
+  """bool[B, gamma]: the drafted positions whose beta the iteration observed, those
+  the target's token was compared at (1..min(n + 1, gamma)), in active rows."""
+  return (jnp.arange(gamma)[None] < jnp.minimum(n + 1, gamma)[:, None]) & active[:, None]
+
+
+def _count(stats: SpeculativeStats, alpha_hat: Array, index: int, gamma: int,
+           active: Array, verdict: verify.Verdict, draft_bad: Array,
+           max_new_tokens: int) -> SpeculativeStats:
+  """Adds one iteration at rule.gammas[index] = gamma to each active row's stats;
+  `alpha_hat` [B] is the estimate the choice was made from."""
+  n = verdict.n
+  observed = _observed(n, gamma, active)
+  slot = jnp.minimum(stats.iterations, max_new_tokens - 1)
+  return stats.replace(
+      iterations=stats.iterations + active,
+      drafted=stats.drafted + gamma * active,
+      accepted=stats.accepted + n * active,
+      beta_sum=stats.beta_sum + jnp.sum(jnp.where(observed, verdict.beta, 0.0), axis=1),
+      beta_count=stats.beta_count + jnp.sum(observed, axis=1, dtype=jnp.int32),
+      rejected=stats.rejected + ((n < gamma) & active).astype(jnp.int32),
+      nonfinite=stats.nonfinite + (draft_bad + jnp.sum(verdict.bad, axis=1,
+                                                       dtype=jnp.int32)) * active,
+      gamma_counts=stats.gamma_counts.at[:, index].add(active.astype(jnp.int32)),
+      alpha_trace=where_active(active, write_rows(stats.alpha_trace, alpha_hat[:, None],
+                                                  slot), stats.alpha_trace))
 
 
 def _finalize(tokens: Array, log_probs: Array, num_generated: Array,
@@ -134,7 +251,6 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
   features = proposer.reads_target_features
   batch = inputs.shape[0]
   capacity = max_new_tokens + big + 1
-  zeros = jnp.zeros((batch,), jnp.int32)
   target_state, prompt_features = _target_init(target, inputs, capacity, features)
   state = _SpeculativeState(
       target_state=target_state,
@@ -143,87 +259,35 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
       last=target.start_tokens(inputs),
       tokens=jnp.zeros((batch, capacity), jnp.int32),
       log_probs=jnp.zeros((batch, capacity), jnp.float32),
-      num_generated=zeros,
+      num_generated=jnp.zeros((batch,), jnp.int32),
       done=jnp.zeros((batch,), bool),
       row_keys=_row_keys(rng, batch),
       estimate=adaptive.Estimate.zeros(batch),
-      stats=SpeculativeStats(
-          iterations=zeros, drafted=zeros, accepted=zeros,
-          beta_sum=jnp.zeros((batch,), jnp.float32), beta_count=zeros, rejected=zeros,
-          nonfinite=zeros, gamma_counts=jnp.zeros((batch, len(rule.gammas)), jnp.int32),
-          alpha_trace=jnp.zeros((batch, max_new_tokens), jnp.float32),
-          gammas=rule.gammas))
-
-  def draws(s: _SpeculativeState, gamma: int):
-    """This iteration's randomness, per row: gamma draft keys [B, gamma], the
-    uniforms r [B, G] (None at temperature 0 or gamma 0) and the key of t [B]."""
-    base = jax.vmap(jax.random.fold_in)(s.row_keys, s.stats.iterations)
-    draft_keys, r_keys, t_keys = (
-        jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(base) for i in range(3))
-    r = (None if sampling.greedy or gamma == 0
-         else jax.vmap(lambda k: uniform(k, (big,)))(r_keys))
-    return jax.vmap(lambda k: jax.random.split(k, gamma))(draft_keys), r, t_keys
+      stats=SpeculativeStats.zeros(batch, rule.gammas, max_new_tokens))
 
   def iteration(index: int, s: _SpeculativeState) -> _SpeculativeState:
     """One iteration of Algorithm 1 with gamma = rule.gammas[index] (static)."""
     gamma = rule.gammas[index]
     active = ~s.done
-    draft_keys, r, t_keys = draws(s, gamma)
-    # 1. Draft.
-    x, q, draft_bad, proposer_state = proposer.propose(
-        s.proposer_state, draft_keys, sampling, gamma)
-    # 2. Verify: one call of Mp over [last, x_1..x_gamma].
-    start = target.lengths(s.target_state)
-    logits, chunk_features, target_state = _target_extend(
-        target, s.target_state, jnp.concatenate([s.last[:, None], x], axis=1), features)
-    # 3-4. Accept n drafts, then t from the residual (or from p_{gamma+1}).
-    n, t, betas, p, target_bad = verify.verify(logits, x, q, r, t_keys, sampling,
-                                                lenience)
-    # Commit x_1..x_n, t: the chunk's slots past n hold t too and are never read.
-    chunk = jnp.where(jnp.arange(gamma + 1)[None] < n[:, None],
-                      jnp.concatenate([x, t[:, None]], axis=1), t[:, None])
-    chunk_log_probs = (jnp.zeros(chunk.shape, jnp.float32) if p is None
-                       else verify.log_probs(verify.take(p, chunk)))
-    eos_at = _first_eos(chunk, jnp.arange(gamma + 1)[None] <= n[:, None], eos_id)
-    hit_eos = eos_at <= n
-    num_generated = s.num_generated + jnp.where(hit_eos, eos_at, n) + 1
-    observed = (jnp.arange(gamma)[None] < jnp.minimum(n + 1, gamma)[:, None]) & active[:, None]
-
-    def keep(new, old):
-      return jnp.where(active.reshape(active.shape + (1,) * (new.ndim - 1)), new, old)
-
-    stats = s.stats
-    slot = jnp.minimum(stats.iterations, max_new_tokens - 1)
-    stats = stats.replace(
-        iterations=stats.iterations + active,
-        drafted=stats.drafted + gamma * active,
-        accepted=stats.accepted + n * active,
-        beta_sum=stats.beta_sum + jnp.sum(jnp.where(observed, betas, 0.0), axis=1),
-        beta_count=stats.beta_count + jnp.sum(observed, axis=1, dtype=jnp.int32),
-        rejected=stats.rejected + ((n < gamma) & active).astype(jnp.int32),
-        nonfinite=stats.nonfinite + (draft_bad + jnp.sum(target_bad, axis=1,
-                                                         dtype=jnp.int32)) * active,
-        gamma_counts=stats.gamma_counts.at[:, index].add(active.astype(jnp.int32)),
-        alpha_trace=keep(write_rows(stats.alpha_trace, s.estimate.alpha(rule)[:, None],
-                                    slot), stats.alpha_trace))
-    return _SpeculativeState(
-        target_state=target.rewind(target_state, jnp.where(active, start + n + 1, start)),
-        proposer_state=proposer.commit(proposer_state, chunk, n, gamma, chunk_features,
-                                       active),
-        last=keep(t, s.last),
-        tokens=keep(write_rows(s.tokens, chunk, s.num_generated), s.tokens),
-        log_probs=keep(write_rows(s.log_probs, chunk_log_probs, s.num_generated),
-                       s.log_probs),
-        num_generated=keep(num_generated, s.num_generated),
-        done=s.done | hit_eos | (num_generated >= max_new_tokens),
-        row_keys=s.row_keys,
-        estimate=s.estimate.update(rule, betas, observed, active),
-        stats=stats)
+    d = draws(s.row_keys, s.stats.iterations, gamma, big, sampling)
+    proposal = _draft(proposer, s, d.draft_keys, sampling, gamma)           # 1.
+    call = _verify(target, s, proposal.x, features)                         # 2.
+    verdict = verify.verify(call.logits, proposal.x, proposal.q, d.r,       # 3, 4.
+                            d.t_keys, sampling, lenience)
+    committed = _commit(s, proposer, target, proposal, call, verdict, gamma,
+                        max_new_tokens, eos_id)
+    return committed.replace(
+        estimate=s.estimate.update(rule, verdict.beta,
+                                   _observed(verdict.n, gamma, active), active),
+        stats=_count(s.stats, s.estimate.alpha(rule), index, gamma, active, verdict,
+                     proposal.bad, max_new_tokens))
 
   def choice(s: _SpeculativeState) -> Array:
-    _, r, t_keys = draws(s, big)
-    return _choose(rule, s.estimate.alpha(rule), ~s.done, max_new_tokens - s.num_generated,
-                   jnp.max(s.stats.iterations), t_keys, r)
+    """The index of the next iteration's gamma, from the past only (`adaptive`)."""
+    return rule.pick(adaptive.Progress(
+        alpha_hat=s.estimate.alpha(rule), active=~s.done,
+        remaining=max_new_tokens - s.num_generated, iterations=s.stats.iterations,
+        row_keys=s.row_keys))
 
   def cond_fn(s: _SpeculativeState):
     return jnp.any(~s.done)
@@ -233,16 +297,16 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
     rule keeps choosing it (zero when it does not). The same iterations, in the same
     order, as a `lax.switch` on each choice, but every loop updates the caches in
     place: a switch whose branches carry them copied every cache once per iteration
-    on XLA:CPU (about 2 % of an iteration at batch 2, measured), and a decode the rule keeps from
-    drafting costs what the baseline's loop costs."""
+    on XLA:CPU (about 2 % of an iteration at batch 2, measured), and a decode the rule
+    keeps from drafting costs what the baseline's loop costs."""
     if len(rule.gammas) == 1:
       return iteration(0, s)
     for i in range(len(rule.gammas)):
       s = jax.lax.while_loop(lambda s, i=i: jnp.any(~s.done) & (choice(s) == i),
                              functools.partial(iteration, i), s)
-      if rule.gammas[i] == 0 and hasattr(proposer, "catch_up"):
-        # Tokens owed by iterations without drafts, fed before the next draft step
-        # (`ModelProposer.catch_up`): a loop of zero or one pass, updated in place.
+      if rule.gammas[i] == 0 and isinstance(proposer, drafts.CatchesUp):
+        # Tokens owed by iterations without drafts, fed before the next draft step:
+        # a loop of zero or one pass, updated in place.
         s = jax.lax.while_loop(
             lambda s: jnp.any(proposer.owes(s.proposer_state)),
             lambda s: s.replace(proposer_state=proposer.catch_up(s.proposer_state)), s)
@@ -253,16 +317,6 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
                                          max_new_tokens)
   return SampleOutput(tokens=tokens, lengths=lengths, stats=s.stats,
                       log_probs=log_probs)
-
-
-def _choose(rule: AutoGamma, alpha_hat: Array, active: Array, remaining: Array,
-            step: Array, keys: Array, r) -> Array:
-  """The index of this iteration's gamma in `rule.gammas`, from the past only
-  (`alpha_hat`, the tokens each row may still emit); this iteration's `keys` and
-  uniforms `r` are not read, which is what keeps the law exact (`step`, the
-  iterations run so far, is not needed either)."""
-  del step, keys, r
-  return adaptive.choose(rule, alpha_hat, active, remaining)
 
 
 @flax.struct.dataclass
@@ -350,16 +404,13 @@ def _plain_jit(target, inputs, rng, *, rule, max_new_tokens, sampling, eos_id):
   s = _autoregressive_loop(target, inputs, rng, max_new_tokens, sampling, eos_id)
   tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated,
                                          max_new_tokens)
-  zeros = jnp.zeros_like(s.iterations)
   ran = jnp.arange(max_new_tokens)[None] < s.iterations[:, None]
   prior = adaptive.Estimate.zeros(inputs.shape[0]).alpha(rule)[:, None]
-  stats = SpeculativeStats(
-      iterations=s.iterations, drafted=zeros, accepted=zeros,
-      beta_sum=jnp.zeros(zeros.shape, jnp.float32), beta_count=zeros, rejected=zeros,
-      nonfinite=s.nonfinite,
-      gamma_counts=jnp.zeros((inputs.shape[0], len(rule.gammas)), jnp.int32)
-      .at[:, rule.gammas.index(0)].set(s.iterations),
-      alpha_trace=jnp.where(ran, prior, 0.0), gammas=rule.gammas)
+  stats = SpeculativeStats.zeros(inputs.shape[0], rule.gammas, max_new_tokens)
+  stats = stats.replace(
+      iterations=s.iterations, nonfinite=s.nonfinite,
+      gamma_counts=stats.gamma_counts.at[:, rule.gammas.index(0)].set(s.iterations),
+      alpha_trace=jnp.where(ran, prior, 0.0))
   return SampleOutput(tokens=tokens, lengths=lengths, stats=stats, log_probs=log_probs)
 
 

@@ -11,6 +11,8 @@ A.5's lenient forms when asked for (`lenient_greedy_step`, `lenience` < 1).
 
 from __future__ import annotations
 
+from typing import NamedTuple, Optional
+
 import jax
 import jax.numpy as jnp
 
@@ -27,6 +29,39 @@ _MIN_RESIDUAL_MASS = float(jnp.finfo(jnp.float32).tiny)
 # log p below this is reported as log(1e-30): a token the sampling transform rules
 # out is never emitted, but rounding can leave p(t) = 0 for a token it emitted.
 _LOG_FLOOR = 1e-30
+
+
+class Step(NamedTuple):
+  """What steps 3 and 4 decide for each row of a batch.
+
+  Attributes:
+    n: int32[B], the number of accepted drafts (0..gamma).
+    t: int32[B], the token drawn after them: from norm(max(0, p_{n+1} - q_{n+1}))
+      when n < gamma, else from p_{gamma+1}.
+    beta: float32[B, gamma], the chance that each drafted position is accepted,
+      sum_x min(p_i(x), q_i(x)) (Corollary 3.6; [x_i = argmax p_i] at temperature 0).
+  """
+
+  n: Array
+  t: Array
+  beta: Array
+
+
+class Verdict(NamedTuple):
+  """`verify`'s result: a `Step`, and what the loop keeps of the target's call.
+
+  Attributes:
+    n, t, beta: as in `Step`.
+    p: float32[B, gamma + 1, V], the target's distributions at the verified
+      positions, or None at temperature 0 (where nothing is sampled from them).
+    bad: int32[B, gamma + 1], 1 where a verified position's logits were not finite.
+  """
+
+  n: Array
+  t: Array
+  beta: Array
+  p: Optional[Array]
+  bad: Array
 
 
 def residual(p: Array, q: Array, lenience: float = 1.0) -> Array:
@@ -85,7 +120,7 @@ def log_probs(probs_at_tokens: Array) -> Array:
 
 
 def speculative_step(p: Array, q: Array, x: Array, r: Array, key: Array,
-                     lenience: float = 1.0):
+                     lenience: float = 1.0) -> Step:
   """Steps 3 and 4 of Algorithm 1 for a batch of rows.
 
   Args:
@@ -97,23 +132,22 @@ def speculative_step(p: Array, q: Array, x: Array, r: Array, key: Array,
     lenience: l in (0, 1] (static); 1 is Algorithm 1, l < 1 Appendix A.5.
 
   Returns:
-    n: int32[B], accepted draft tokens (0..gamma).
-    t: int32[B], the token sampled from norm(max(0, p_{n+1} - l q_{n+1})) (or from
-      p_{gamma+1} when n = gamma).
-    beta: float32[B, gamma], sum_x min(p_i / l, q_i) at each drafted position.
+    `Step`: n, the accepted drafts; t, sampled from norm(max(0, p_{n+1} - l q_{n+1}))
+    (or from p_{gamma+1} when n = gamma); beta, sum_x min(p_i / l, q_i) at each
+    drafted position.
   """
   gamma = x.shape[1]
   if gamma == 0:  # No draft: one plain target step, t ~ p_1.
     n = jnp.zeros(x.shape[:1], jnp.int32)
-    return n, sample_categorical(key, p[:, 0]), jnp.zeros(x.shape, jnp.float32)
+    return Step(n, sample_categorical(key, p[:, 0]), jnp.zeros(x.shape, jnp.float32))
   n = num_accepted(accepts(r, take(p[:, :gamma], x), take(q, x), lenience))
   # q_{gamma+1} = 0: row n of q, zeroed where n = gamma, without padding q.
   q_n = take_position(q, jnp.minimum(n, gamma - 1)) * (n < gamma)[:, None]
   t = sample_categorical(key, residual(take_position(p, n), q_n, lenience))
-  return n, t, beta(p[:, :gamma], q, lenience)
+  return Step(n, t, beta(p[:, :gamma], q, lenience))
 
 
-def greedy_step(target_tokens: Array, x: Array):
+def greedy_step(target_tokens: Array, x: Array) -> Step:
   """`speculative_step` at temperature 0, on tokens instead of distributions.
 
   p_i and q_i are one-hot at the target's argmax y_i and at x_i, so x_i is accepted
@@ -129,11 +163,11 @@ def greedy_step(target_tokens: Array, x: Array):
   gamma = x.shape[1]
   matches = x == target_tokens[:, :gamma]
   n = num_accepted(matches)
-  return n, take_position(target_tokens, n), matches.astype(jnp.float32)
+  return Step(n, take_position(target_tokens, n), matches.astype(jnp.float32))
 
 
 def lenient_greedy_step(logits: Array, x: Array, sampling: SamplingConfig,
-                        lenience: float):
+                        lenience: float) -> Step:
   """Appendix A.5's temperature-0 variant: accept x_i iff p_i(x_i) >= l max(p_i).
 
   The paper prints "p(x) <= l * max(p)", which would accept exactly the unlikely
@@ -151,7 +185,7 @@ def lenient_greedy_step(logits: Array, x: Array, sampling: SamplingConfig,
     lenience: l in (0, 1).
 
   Returns:
-    (n, t, beta) as `greedy_step`, with beta_i = [x_i is accepted].
+    `Step` as `greedy_step`, with beta_i = [x_i is accepted].
   """
   gamma = x.shape[1]
   target_tokens = greedy_tokens(logits)
@@ -160,11 +194,11 @@ def lenient_greedy_step(logits: Array, x: Array, sampling: SamplingConfig,
   p_x = take(clean, x)
   ok = (p_x > 0) & (p_x >= lenience * jnp.max(clean, axis=-1))
   n = num_accepted(ok)
-  return n, take_position(target_tokens, n), ok.astype(jnp.float32)
+  return Step(n, take_position(target_tokens, n), ok.astype(jnp.float32))
 
 
-def verify(logits: Array, x: Array, q, r, key: Array, sampling: SamplingConfig,
-           lenience: float = 1.0):
+def verify(logits: Array, x: Array, q: Optional[Array], r: Optional[Array], key: Array,
+           sampling: SamplingConfig, lenience: float = 1.0) -> Verdict:
   """Steps 3 and 4 on the verification call's logits, in the form `sampling` needs.
 
   Args:
@@ -176,16 +210,16 @@ def verify(logits: Array, x: Array, q, r, key: Array, sampling: SamplingConfig,
     sampling, lenience: static.
 
   Returns:
-    n int32[B], t int32[B], beta float32[B, gamma], p (float32[B, gamma + 1, V], or
-    None at temperature 0, where nothing is sampled from it) and bad int32[B, gamma + 1]
-    (the positions whose logits were not finite).
+    `Verdict`: n, t and beta per row, p (None at temperature 0) and the positions
+    whose logits were not finite.
   """
   gamma = x.shape[1]
   if sampling.greedy and lenience == 1.0:
     target_tokens, bad = greedy_tokens_checked(logits)
-    return (*greedy_step(target_tokens, x), None, bad)
+    return Verdict(*greedy_step(target_tokens, x), p=None, bad=bad)
   if sampling.greedy:
-    return (*lenient_greedy_step(logits, x, sampling, lenience), None, nonfinite(logits))
+    return Verdict(*lenient_greedy_step(logits, x, sampling, lenience), p=None,
+                   bad=nonfinite(logits))
   p, bad = probabilities_checked(logits, sampling)
   r = None if gamma == 0 else r[:, :gamma]
-  return (*speculative_step(p, q, x, r, key, lenience), p, bad)
+  return Verdict(*speculative_step(p, q, x, r, key, lenience), p=p, bad=bad)

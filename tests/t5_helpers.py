@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import pathlib
 import re
 from typing import Any, Mapping
 
@@ -12,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import tensorstore as ts
 
-from specdec.models import t5
+from specdec.models import t5, t5x_decoder
 
 # T5X's checkpoint version (t5x/checkpoints.py `VERSION`).
 T5X_CHECKPOINT_VERSION = 3
@@ -186,3 +188,59 @@ def assert_trees_equal(a: Mapping[str, Any], b: Mapping[str, Any]) -> None:
     assert x.shape == y.shape and x.dtype == y.dtype, (key, x.shape, x.dtype, y.shape,
                                                        y.dtype)
     np.testing.assert_array_equal(x, y, err_msg='/'.join(key))
+
+
+TINY = dict(emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64)
+# A tiny target and draft (different random weights) on T5's full vocabulary, which
+# the shipped SentencePiece model needs. One layer each: compilation dominates.
+TINY_LAYERS = {'target': 1, 'draft': 1}
+
+
+def tiny_config(role: str) -> t5.T5Config:
+  """The config of the tiny pair's 'target' or 'draft' (`tiny_pair_gin`)."""
+  layers = TINY_LAYERS[role]
+  return t5.tiny_config('1.1', vocab_size=t5.T5_VOCAB_SIZE, num_encoder_layers=layers,
+                        num_decoder_layers=layers, **TINY)
+
+
+def tiny_pair_gin(directory: pathlib.Path, run_file: str, examples: int = 3) -> str:
+  """Writes random tiny target/draft T5X checkpoints under `directory`; returns a gin
+  file that takes `run_file` (of configs/runs) with the tiny pair in place of T5-XXL
+  and its draft, short sequences and `examples` examples."""
+  lines = ['from __gin__ import dynamic_registration',
+           'from specdec.models import t5', 'from specdec import run',
+           f"include 'configs/runs/{run_file}'"]
+  for seed, role in enumerate(TINY_LAYERS):
+    cfg = tiny_config(role)
+    # A step directory, as T5X's own checkpoints (and its Orbax restore) have them.
+    step_dir = directory / role / 'checkpoint_1000'
+    write_t5x_legacy(str(step_dir), t5.random_params(cfg, seed=seed + 1))
+    lines += [f'{role.upper()}_MODULE = @tiny_{role}/t5.Transformer()',
+              f'tiny_{role}/t5.Transformer.config = @tiny_{role}/t5.T5Config()',
+              f"{role.upper()}_CHECKPOINT_PATH = '{step_dir}'"]
+    lines += [f'tiny_{role}/t5.T5Config.{field} = {getattr(cfg, field)!r}'
+              for field in ('vocab_size', 'emb_dim', 'num_heads', 'num_encoder_layers',
+                            'num_decoder_layers', 'head_dim', 'mlp_dim',
+                            'mlp_activations', 'dropout_rate', 'logits_via_embedding')]
+    lines.append(f"tiny_{role}/t5.T5Config.dtype = 'float32'")
+  lines += ["TASK_FEATURE_LENGTHS = {'inputs': 24, 'targets': 8}",
+            f'run.evaluate.max_examples = {examples}']
+  path = directory / 'tiny.gin'
+  path.write_text('\n'.join(lines) + '\n')
+  return str(path)
+
+
+def tiny_decoder(seed=1, bidirectional=False, **overrides):
+  """A random tiny T5X decoder-only network as a DecodeModel (see QUERY_GAIN)."""
+  cfg = t5x_decoder.tiny_config(**overrides)
+  params = jax.tree_util.tree_map_with_path(
+      lambda path, x: x * QUERY_GAIN if path[-2].key == 'query' else x,
+      t5x_decoder.random_params(cfg, seed))
+  return t5x_decoder.T5XDecoder(cfg, params, bidirectional_prefix=bidirectional)
+
+
+def t5x_decoder_module(network, cfg):
+  """T5X's own decoder-only module (`network`: t5x.examples.decoder_only.network)
+  with the config of a `t5x_decoder.T5XDecoderConfig`."""
+  return network.DecoderWrapper(network.TransformerConfig(
+      **{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}))

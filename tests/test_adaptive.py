@@ -17,8 +17,8 @@ from specdec import adaptive, sample as sample_lib, theory
 from specdec.costs import forced_rule
 from specdec.adaptive import AutoGamma, StepCosts
 from specdec.distributions import SamplingConfig
-from test_sample import (CHI2_PVALUE, GREEDY, bigram_model, chi_square_pvalue,
-                         context_model, exact_sequence_distribution)
+from helpers import (CHI2_PVALUE, GREEDY, bigram_model, chi_square_pvalue, context_model,
+                     exact_sequence_distribution)
 
 VOCAB, NUM_NEW, INSTANCES = 5, 4, 20_000
 
@@ -36,6 +36,21 @@ def varying_tables(seed=7):
 # c = 0.6: gamma 3 pays only for alpha above ~0.72, gamma 1 above 0.6.
 RULE = AutoGamma(gammas=(0, 1, 3), costs=(1.0, 1.6, 2.8), prior=1.0, prior_weight=0.5,
                  decay=0.3)
+
+
+def like(rule, cls):
+  """`rule`'s settings in a rule of class `cls` (an AutoGamma that picks otherwise)."""
+  return cls(**{f.name: getattr(rule, f.name) for f in dataclasses.fields(rule)})
+
+
+class PeekingRule(AutoGamma):
+  """Drafts only when this iteration's r_1 < 1/2 (row 0's): it reads the draws it is
+  chosen before, which no rule may do."""
+
+  def pick(self, progress):
+    r = sample_lib.draws(progress.row_keys, progress.iterations, self.max_gamma,
+                         self.max_gamma, SamplingConfig(1.0)).r
+    return jnp.where(r[0, 0] < 0.5, len(self.gammas) - 1, 0).astype(jnp.int32)
 
 
 def vmapped_decode(target, draft, rule, sampling, seed):
@@ -66,23 +81,14 @@ def test_adaptive_sequences_follow_the_target_distribution(sampling):
 
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
-def test_negative_control_a_choice_that_reads_this_iterations_draws_is_detected(
-    monkeypatch):
+def test_negative_control_a_choice_that_reads_this_iterations_draws_is_detected():
   """The same test must reject a rule that looks at the current iteration's uniforms:
   drafting only when r_1 < 1/2 accepts x_1 with probability min(1, 2 p / q)."""
   sampling = SamplingConfig(1.0)
   target_table, draft_table = varying_tables()
   dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, None)
-  peek = lambda rule, alpha, active, remaining, step, keys, r: jnp.where(  # noqa: E731
-      r[0, 0] < 0.5, len(rule.gammas) - 1, 0).astype(jnp.int32)
-  monkeypatch.setattr(sample_lib, "_choose", peek)
-  jax.clear_caches()
-  try:
-    samples, _ = vmapped_decode(bigram_model(target_table), bigram_model(draft_table),
-                                RULE, sampling, seed=11)
-  finally:
-    monkeypatch.undo()
-    jax.clear_caches()
+  samples, _ = vmapped_decode(bigram_model(target_table), bigram_model(draft_table),
+                              like(RULE, PeekingRule), sampling, seed=11)
   assert chi_square_pvalue(samples, dist) < CHI2_PVALUE
 
 
@@ -128,48 +134,39 @@ def test_the_last_row_objective_keeps_the_law():
 PATTERN = (0, 0, 0, 0, 0, 2, 0, 1, 2, 2, 0, 0)  # indices into (0, 1, 3)
 
 
-def scripted(monkeypatch):
+class ScriptedRule(AutoGamma):
   """A past-only schedule that makes `pending` fill up and be fed (five gamma-0
   iterations in a row) and then speculates again."""
-  pattern = jnp.asarray(PATTERN, jnp.int32)
-  monkeypatch.setattr(sample_lib, "_choose",
-                      lambda rule, alpha, active, remaining, step, keys, r:
-                      pattern[step % len(PATTERN)])
-  jax.clear_caches()
+
+  def pick(self, progress):
+    step = jnp.max(progress.iterations)
+    return jnp.asarray(PATTERN, jnp.int32)[step % len(PATTERN)]
 
 
 @pytest.mark.parametrize("schedule", ["rule", "scripted"])
-def test_greedy_adaptive_equals_greedy_target_on_causal_lms(schedule, monkeypatch):
+def test_greedy_adaptive_equals_greedy_target_on_causal_lms(schedule):
   target = context_model(jax.random.key(0), 11)
   draft = context_model(jax.random.key(1), 11)
-  if schedule == "scripted":
-    scripted(monkeypatch)
+  rule = like(RULE, ScriptedRule) if schedule == "scripted" else RULE
   inputs = jnp.asarray(np.random.default_rng(3).integers(0, 11, (4, 3)), jnp.int32)
-  spec = specdec.speculative_sample(target, draft, inputs, jax.random.key(0), gamma=RULE,
+  spec = specdec.speculative_sample(target, draft, inputs, jax.random.key(0), gamma=rule,
                                     max_new_tokens=20, sampling=GREEDY, eos_id=2)
   base = specdec.autoregressive_sample(target, inputs, jax.random.key(1),
                                        max_new_tokens=20, sampling=GREEDY, eos_id=2)
-  monkeypatch.undo()
-  jax.clear_caches()
   np.testing.assert_array_equal(spec.tokens, base.tokens)
   np.testing.assert_array_equal(spec.lengths, base.lengths)
   assert np.count_nonzero(np.asarray(spec.stats.gamma_counts).sum(0)) >= 2
 
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
-def test_a_scripted_past_only_schedule_keeps_the_law(monkeypatch):
+def test_a_scripted_past_only_schedule_keeps_the_law():
   """Gamma-0 runs long enough to fill the draft's pending chunk, then drafts again."""
   sampling = SamplingConfig(1.0)
   target_table, draft_table = varying_tables()
-  scripted(monkeypatch)
-  try:
-    out = specdec.speculative_sample(
-        bigram_model(target_table), bigram_model(draft_table),
-        jnp.ones((100_000, 1), jnp.int32), jax.random.key(9), gamma=RULE,
-        max_new_tokens=8, sampling=sampling)
-  finally:
-    monkeypatch.undo()
-    jax.clear_caches()
+  out = specdec.speculative_sample(
+      bigram_model(target_table), bigram_model(draft_table),
+      jnp.ones((100_000, 1), jnp.int32), jax.random.key(9),
+      gamma=like(RULE, ScriptedRule), max_new_tokens=8, sampling=sampling)
   tokens = np.asarray(out.tokens)
   # Tokens 6-8 come after five gamma-0 iterations and the feeds they forced.
   dist = exact_sequence_distribution(target_table, 1, 8, sampling, None)
@@ -181,7 +178,7 @@ def test_a_scripted_past_only_schedule_keeps_the_law(monkeypatch):
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_greedy_adaptive_equals_greedy_target_on_llama_and_t5():
-  from test_llama import ragged_inputs, tiny_model as tiny_llama  # pylint: disable=import-outside-toplevel
+  from llama_helpers import ragged_inputs, tiny_model as tiny_llama  # pylint: disable=import-outside-toplevel
   from t5_helpers import random_inputs, tiny_model as tiny_t5  # pylint: disable=import-outside-toplevel
   rule = AutoGamma.from_c(0.3, gammas=(0, 1, 2, 4), prior=0.9, decay=0.5)
   llama_target = tiny_llama(0, num_layers=2)

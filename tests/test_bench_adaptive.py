@@ -88,6 +88,7 @@ def test_auto_gamma_is_the_pairs_measured_costs_with_its_measured_alpha_as_prior
 
 def test_step_costs_are_the_ones_timed_nearest_the_temperature(tmp_path, monkeypatch):
   from specdec import pretrained
+  from specdec.pretrained import costs as pair_costs
   def entry(temperature, batch, cost):
     return json.loads(adaptive.StepCosts(c=0.1, v=((2, 1.1),), batch=batch,
                                          iteration=((0, 1.0), (1, cost)),
@@ -95,8 +96,9 @@ def test_step_costs_are_the_ones_timed_nearest_the_temperature(tmp_path, monkeyp
   table = {"draft": {"0.0": {"1": entry(0.0, 1, 1.2), "4": entry(0.0, 4, 1.5)},
                      "1.0": {"1": entry(1.0, 1, 1.3)}}}
   (tmp_path / "costs.json").write_text(json.dumps(table))
-  monkeypatch.setattr(pretrained, "pair_dir", lambda name: tmp_path)
-  monkeypatch.setattr(pretrained, "_check_draft", lambda name, draft: None)
+  # A pair "p" with one draft, whose weights are tmp_path.
+  monkeypatch.setattr(pair_costs, "pair_dir", lambda name: tmp_path)
+  monkeypatch.setattr(pair_costs, "check_draft", lambda name, draft: None)
   def timed(temperature, batch=1):
     costs = pretrained.step_costs("p", "draft", batch, temperature)
     return costs.temperature, costs.batch

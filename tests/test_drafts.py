@@ -10,9 +10,8 @@ import specdec
 from specdec import drafts
 from specdec.distributions import SamplingConfig
 from specdec.drafts import lookup, ngram, shortlist
-from test_eagle import feature_draft
-from test_llama import ragged_inputs, tiny_model as tiny_llama
-from test_sample import GREEDY, bigram_model
+from helpers import GREEDY, bigram_model
+from llama_helpers import feature_draft, ragged_inputs, tiny_model as tiny_llama
 
 
 def every_kind_of_draft():

@@ -15,33 +15,10 @@ import specdec
 from specdec.costs import step_costs
 from specdec.distributions import SamplingConfig
 from specdec.drafts import eagle
-from specdec.models import llama
-from test_llama import (NUM_NEW, STAT_PROMPT, assert_greedy_identity,
-                        exact_llama_distribution, ragged_inputs, tiny_model)
-from test_sample import CHI2_PVALUE, chi_square_pvalue
-
-GREEDY = SamplingConfig(temperature=0.0)
-
-
-def feature_draft(target, ids=None, seed=3, scale=1.0):
-  """A random feature draft for `target` whose head rows are the target's output
-  rows of `ids` (all of the vocabulary by default), scaled by `scale`."""
-  cfg = target.config
-  ids = np.arange(cfg.vocab_size) if ids is None else np.asarray(ids)
-  params = jax.tree.map(np.asarray, eagle.init_params(cfg, len(ids),
-                                                      jax.random.key(seed)))
-  params["head"] = {"embedding": eagle.output_rows(target, ids) * scale}
-  return eagle.FeatureDraft.create(cfg, params,
-                                   target.params["token_embedder"]["embedding"], ids,
-                                   pad_id=target.pad_id)
-
-
-def target_features(target, tokens):
-  """The normed last hidden states [B, L, d] of the full causal forward pass."""
-  _, state = llama.Transformer(target.config).apply(
-      {"params": target.params}, jnp.asarray(tokens), mutable=["intermediates"],
-      capture_intermediates=lambda m, method: m.name == "final_norm")
-  return state["intermediates"]["final_norm"]["__call__"][0]
+from helpers import CHI2_PVALUE, GREEDY, chi_square_pvalue
+from llama_helpers import (NUM_NEW, STAT_PROMPT, assert_greedy_identity,
+                           exact_llama_distribution, feature_draft, ragged_inputs,
+                           target_features, tiny_model)
 
 
 # --------------------------------------------------------------------- the models

@@ -6,7 +6,6 @@ false-alarm rate its threshold would have under fresh randomness.
 
 import dataclasses
 import functools
-import itertools
 import json
 import os
 import subprocess
@@ -24,25 +23,12 @@ from specdec.distributions import SamplingConfig, probabilities
 from specdec.models import llama
 from specdec.models import base as models_base
 from specdec.models.base import DecodeModel
-# The sequence-level chi-square machinery of Algorithm 1's own tests.
-from test_sample import CHI2_PVALUE, chi_square_pvalue
+from helpers import CHI2_PVALUE, GREEDY, chi_square_pvalue
+from llama_helpers import (NUM_NEW, PAD_ID, STAT_PROMPT, STAT_VOCAB,
+                           assert_greedy_identity, exact_llama_distribution,
+                           ragged_inputs, tiny_model)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-GREEDY = SamplingConfig(temperature=0.0)
-PAD_ID = 0
-
-
-def tiny_model(seed=0, pad_id=PAD_ID, **overrides):
-  cfg = llama.tiny_config(**overrides)
-  return llama.Llama(cfg, llama.random_params(cfg, seed), pad_id=pad_id)
-
-
-def ragged_inputs(batch, length, vocab, lengths, seed=0):
-  """int32[batch, length] of ids in [1, vocab), row b right-padded after lengths[b]."""
-  x = np.random.default_rng(seed).integers(1, vocab, (batch, length)).astype(np.int32)
-  for b, n in enumerate(lengths):
-    x[b, n:] = PAD_ID
-  return jnp.asarray(x)
 
 
 # ------------------------------------------------------------------------ presets
@@ -291,20 +277,6 @@ def test_bad_arguments_raise_errors_naming_them():
 # ------------------------------------------------------------ Algorithm 1 on Llama
 
 
-def assert_greedy_identity(target, draft, x, gamma, max_new_tokens=16, eos_id=3):
-  """Greedy speculative decoding of `x` equals the target's greedy decode, and the
-  draft was sometimes rejected (verification did real work)."""
-  spec = specdec.speculative_sample(target, draft, x, jax.random.key(1), gamma=gamma,
-                                    max_new_tokens=max_new_tokens, sampling=GREEDY,
-                                    eos_id=eos_id)
-  base = specdec.autoregressive_sample(target, x, jax.random.key(2),
-                                       max_new_tokens=max_new_tokens, sampling=GREEDY,
-                                       eos_id=eos_id)
-  np.testing.assert_array_equal(spec.tokens, base.tokens)
-  np.testing.assert_array_equal(spec.lengths, base.lengths)
-  assert int(spec.stats.accepted.sum()) < int(spec.stats.drafted.sum())
-
-
 def test_greedy_speculative_equals_the_targets_greedy_decode():
   target = tiny_model(0, num_layers=2)
   draft = tiny_model(1, hidden_size=16, num_heads=2, num_kv_heads=1,
@@ -346,10 +318,8 @@ def test_with_layers_is_the_model_with_the_other_layers_made_identities():
       target.with_layers(bad)
 
 
-# Sequence-level statistics: a tiny vocabulary and few new tokens, so that the
-# target's exact distribution over all V ** NUM_NEW continuations is enumerable.
-STAT_VOCAB, NUM_NEW, NUM_SEQUENCES = 4, 3, 40_000
-STAT_PROMPT = (1, 2)
+# Sequence-level statistics over STAT_VOCAB tokens (`llama_helpers`).
+NUM_SEQUENCES = 40_000
 STAT_CASES = {
     "temperature_1": (SamplingConfig(1.0), 2),
     # Both truncations at once (one compilation): top-k after temperature, then top-p.
@@ -369,21 +339,6 @@ def stat_pair():
     return m.replace(params=dict(m.params, logits_dense={"kernel": head}))
 
   return model(11), model(12)
-
-
-def exact_llama_distribution(model, sampling):
-  """{continuation: probability} of NUM_NEW tokens after STAT_PROMPT under `model`
-  and `sampling`, by one full forward pass over every continuation."""
-  seqs = np.array(list(itertools.product(range(STAT_VOCAB), repeat=NUM_NEW)), np.int32)
-  prompt = np.broadcast_to(np.array(STAT_PROMPT, np.int32),
-                           (len(seqs), len(STAT_PROMPT)))
-  logits = model.forward(jnp.asarray(np.concatenate([prompt, seqs], axis=1)))
-  start = len(STAT_PROMPT) - 1
-  probs = np.asarray(probabilities(logits[:, start:start + NUM_NEW], sampling),
-                     np.float64)
-  probs /= probs.sum(axis=-1, keepdims=True)  # float32 rounding, not a model property
-  picked = np.take_along_axis(probs, seqs[:, :, None], axis=-1)[..., 0]
-  return {tuple(s): float(p) for s, p in zip(seqs.tolist(), picked.prod(axis=1))}
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,9 +13,9 @@ from specdec import verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
 from specdec.drafts import lookup, shortlist
 from specdec.models import llama
-from test_sample import (CHI2_PVALUE, GREEDY, NUM_NEW, bigram_model, chi_square_pvalue,
-                         context_model, emission_probabilities,
-                         exact_sequence_distribution, toy_tables)
+from helpers import (CHI2_PVALUE, GREEDY, NUM_NEW, bigram_model, chi_square_pvalue,
+                     context_model, emission_probabilities, exact_sequence_distribution,
+                     toy_tables)
 
 V = 49152  # SmolLM2's vocabulary.
 

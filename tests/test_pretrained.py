@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -185,6 +186,37 @@ def test_list_pairs_and_drafts_name_what_load_pair_accepts():
   assert set(pretrained.LM_PAIRS) < set(pretrained.list_pairs())
   assert pretrained.drafts("multi30k_ende") == ("draft", "draft_distilled")
   assert pretrained.best_draft("multi30k_ende", 0.0) in pretrained.drafts("multi30k_ende")
+
+
+def test_each_pair_json_says_its_family_and_parses_into_the_one_schema():
+  families = {}
+  for name in pretrained.list_pairs():
+    spec = pretrained.pair_spec(name)
+    assert spec.name == name and spec.stored_drafts[0] == "draft"
+    assert spec.metadata == pretrained.pair_info(name)
+    families[name] = spec.family
+  assert families == {"multi30k_ende": "t5", "smollm2_135m_instruct": "lm"}
+  assert pretrained.LM_PAIRS == ("smollm2_135m_instruct",)
+  t5_pair = pretrained.pair_spec("multi30k_ende")
+  assert t5_pair.alpha_test_set == "multi30k_test_2016"
+  assert t5_pair.auto_gammas == pretrained.shipped_gammas("multi30k_ende")
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(family="gpt"), "family"),
+    (dict(family=None), "family"),
+    (dict(name="other"), "name"),
+    (dict(draft={"config": {}}), "draft.checkpoint"),
+    (dict(target={"lm": 3, "config": {"vocab_size": 8}}), "target.checkpoint"),
+    (dict(target={"checkpoint": "t"}), "target"),
+    (dict(auto_gammas=[1, -1]), "auto_gammas"),
+    (dict(alpha_test_set=3), "alpha_test_set"),
+    (dict(family="lm"), "target.lm"),
+])
+def test_a_malformed_pair_json_is_refused_naming_the_field(change, field):
+  info = {**pretrained.pair_info("multi30k_ende"), **change}
+  with pytest.raises(ValueError, match=f"^pair.json: {re.escape(field)} "):
+    pretrained.PairSpec.parse("multi30k_ende", info)
 
 
 def test_bad_names_raise_naming_the_argument_and_the_valid_ones():

@@ -18,6 +18,7 @@ pytest.importorskip('gguf')
 
 import specdec  # noqa: E402
 from specdec import pretrained  # noqa: E402
+from specdec.pretrained import wheel  # noqa: E402
 from specdec.drafts import ngram  # noqa: E402
 from specdec.models import llama  # noqa: E402
 
@@ -56,7 +57,7 @@ def test_a_file_with_another_checksum_is_refused(monkeypatch):
   entry = pretrained.LMS[NAME]
   monkeypatch.setitem(pretrained.LMS, NAME, dataclasses.replace(
       entry, sha256='0' * 64))
-  pretrained._VERIFIED.discard((str(path), path.stat().st_size, path.stat().st_mtime_ns))
+  wheel._VERIFIED.discard((str(path), path.stat().st_size, path.stat().st_mtime_ns))
   with pytest.raises(ValueError, match=r'has sha256 b179c952.*not the registered 0000'):
     pretrained.lm_path(NAME)
 

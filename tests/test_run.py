@@ -13,45 +13,8 @@ gin = pytest.importorskip('gin', reason="gin-config is not installed (specdec[t5
 from specdec import run  # pylint: disable=g-import-not-at-top
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
-from t5_helpers import write_t5x_legacy  # pylint: disable=g-import-not-at-top
+from t5_helpers import tiny_config, tiny_pair_gin  # pylint: disable=g-import-not-at-top
 
-TINY = dict(emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64)
-# A tiny target and draft (different random weights) on T5's full vocabulary, which
-# the shipped SentencePiece model needs. One layer each: compilation dominates.
-TINY_LAYERS = {'target': 1, 'draft': 1}
-
-
-def tiny_config(role: str) -> t5.T5Config:
-  layers = TINY_LAYERS[role]
-  return t5.tiny_config('1.1', vocab_size=t5.T5_VOCAB_SIZE, num_encoder_layers=layers,
-                        num_decoder_layers=layers, **TINY)
-
-
-def tiny_pair_gin(directory: pathlib.Path, run_file: str, examples: int = 3) -> str:
-  """Writes random tiny target/draft T5X checkpoints under `directory`; returns a gin
-  file that takes `run_file` (of configs/runs) with the tiny pair in place of T5-XXL
-  and its draft, short sequences and `examples` examples."""
-  lines = ['from __gin__ import dynamic_registration',
-           'from specdec.models import t5', 'from specdec import run',
-           f"include 'configs/runs/{run_file}'"]
-  for seed, role in enumerate(TINY_LAYERS):
-    cfg = tiny_config(role)
-    # A step directory, as T5X's own checkpoints (and its Orbax restore) have them.
-    step_dir = directory / role / 'checkpoint_1000'
-    write_t5x_legacy(str(step_dir), t5.random_params(cfg, seed=seed + 1))
-    lines += [f'{role.upper()}_MODULE = @tiny_{role}/t5.Transformer()',
-              f'tiny_{role}/t5.Transformer.config = @tiny_{role}/t5.T5Config()',
-              f"{role.upper()}_CHECKPOINT_PATH = '{step_dir}'"]
-    lines += [f'tiny_{role}/t5.T5Config.{field} = {getattr(cfg, field)!r}'
-              for field in ('vocab_size', 'emb_dim', 'num_heads', 'num_encoder_layers',
-                            'num_decoder_layers', 'head_dim', 'mlp_dim',
-                            'mlp_activations', 'dropout_rate', 'logits_via_embedding')]
-    lines.append(f"tiny_{role}/t5.T5Config.dtype = 'float32'")
-  lines += ["TASK_FEATURE_LENGTHS = {'inputs': 24, 'targets': 8}",
-            f'run.evaluate.max_examples = {examples}']
-  path = directory / 'tiny.gin'
-  path.write_text('\n'.join(lines) + '\n')
-  return str(path)
 
 
 @pytest.fixture(autouse=True)

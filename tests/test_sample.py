@@ -8,7 +8,6 @@ import functools
 import itertools
 import re
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,81 +18,13 @@ import specdec
 from specdec import sample as sample_lib
 from specdec import verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
-
-# Chi-square tests reject at p < 1e-3: a false-alarm rate of 0.1% per test.
-CHI2_PVALUE = 1e-3
-GREEDY = SamplingConfig(temperature=0.0)
-
-
-def _lookup(tokens, table):
-  return table[tokens]
-
-
-def bigram_model(table, max_length=None):
-  """A CausalLM whose next-token logits depend on the last token only."""
-  table = jnp.asarray(table, jnp.float32)
-  return specdec.CausalLM.from_fn(_lookup, table.shape[-1], max_length=max_length,
-                                  params=table)
-
-
-def _running_mean_logits(tokens, p):
-  e = p["emb"][tokens]
-  mean = jnp.cumsum(e, axis=1) / jnp.arange(1, tokens.shape[1] + 1)[None, :, None]
-  return 3.0 * jnp.tanh(mean) @ p["w"] + p["bigram"][tokens]
-
-
-def context_model(key, vocab, dim=8):
-  """A CausalLM whose logits depend on the whole prefix (causal running mean)."""
-  k1, k2, k3 = jax.random.split(key, 3)
-  params = dict(emb=jax.random.normal(k1, (vocab, dim)),
-                w=jax.random.normal(k2, (dim, vocab)),
-                bigram=jax.random.normal(k3, (vocab, vocab)))
-  return specdec.CausalLM.from_fn(_running_mean_logits, vocab, params=params)
+from helpers import (CHI2_PVALUE, GREEDY, NUM_NEW, ConstantLM, bigram_model,
+                     chi_square_pvalue, context_model, emission_probabilities,
+                     exact_sequence_distribution, normalize, running_mean_logits,
+                     step_cases, toy_tables)
 
 
 # ------------------------------------------------------------------ one step, exactly
-
-
-def emission_probabilities(p, q):
-  """P(the step emits v) in closed form, from the step's own pieces.
-
-  A draft x ~ q is kept with probability P(r q(x) < p(x)) for r ~ U[0, 1), i.e.
-  min(1, p(x)/q(x)); otherwise the step emits from `residual(p, q)`.
-  """
-  keep = jnp.where(q > 0, jnp.clip(p / jnp.where(q > 0, q, 1.0), 0.0, 1.0), 0.0)
-  rejected_mass = jnp.sum(q * (1.0 - keep))
-  return q * keep + rejected_mass * sample_lib.residual(p, q)
-
-
-def _normalize(x):
-  x = jnp.asarray(x, jnp.float32)
-  return x / jnp.sum(x)
-
-
-def step_cases():
-  rng = np.random.default_rng(0)
-  v = 7
-  cases = {}
-  for i in range(5):
-    cases[f"random{i}"] = (_normalize(rng.dirichlet(np.ones(v))),
-                           _normalize(rng.dirichlet(np.ones(v) * 0.3)))
-  p = _normalize(rng.dirichlet(np.ones(v)))
-  cases["p_equals_q"] = (p, p)
-  cases["disjoint_supports"] = (_normalize([1, 2, 3, 0, 0, 0, 0]),
-                                _normalize([0, 0, 0, 1, 1, 1, 1]))
-  cases["q_zero_where_p_has_mass"] = (_normalize([1, 1, 1, 1, 1, 1, 1]),
-                                      _normalize([0, 5, 0, 1, 0, 2, 0]))
-  cases["one_hot_same"] = (jax.nn.one_hot(3, v), jax.nn.one_hot(3, v))
-  cases["one_hot_different"] = (jax.nn.one_hot(3, v), jax.nn.one_hot(5, v))
-  cases["near_uniform"] = (_normalize(1 + 1e-6 * rng.standard_normal(v)),
-                           _normalize(1 + 1e-6 * rng.standard_normal(v)))
-  logits_p = jnp.asarray(rng.standard_normal(v) * 3, jnp.bfloat16)
-  logits_q = jnp.asarray(rng.standard_normal(v) * 3, jnp.bfloat16)
-  cases["bf16_logits"] = (probabilities(logits_p, SamplingConfig()),
-                          probabilities(logits_q, SamplingConfig()))
-  cases["bf16_top_k"] = (probabilities(logits_p, SamplingConfig(0.5, top_k=3)),
-                         probabilities(logits_q, SamplingConfig(0.5, top_k=3)))
-  return cases
 
 
 @pytest.mark.parametrize("name", list(step_cases()))
@@ -111,11 +42,11 @@ def test_accept_rule_is_r_below_p_over_q_without_dividing():
 
 
 def test_residual_falls_back_to_p_when_empty_and_is_q_free_when_q_is_zero():
-  p = _normalize([1, 2, 3])
+  p = normalize([1, 2, 3])
   np.testing.assert_allclose(sample_lib.residual(p, p), p)
   np.testing.assert_allclose(sample_lib.residual(p, jnp.zeros(3)), p)
-  np.testing.assert_allclose(sample_lib.residual(p, _normalize([3, 2, 1])),
-                             _normalize([0, 0, 2 / 6]), atol=1e-7)
+  np.testing.assert_allclose(sample_lib.residual(p, normalize([3, 2, 1])),
+                             normalize([0, 0, 2 / 6]), atol=1e-7)
 
 
 def test_num_accepted_counts_only_the_leading_run():
@@ -128,8 +59,8 @@ def test_num_accepted_counts_only_the_leading_run():
 def test_speculative_step_samples_p_in_distribution(gamma):
   """Steps 3-4 themselves (not the closed form): 200k draws of the first token."""
   v, batch = 5, 200_000
-  p1 = _normalize([0.4, 0.3, 0.2, 0.05, 0.05])
-  q1 = _normalize([0.05, 0.05, 0.2, 0.3, 0.4])
+  p1 = normalize([0.4, 0.3, 0.2, 0.05, 0.05])
+  q1 = normalize([0.05, 0.05, 0.2, 0.3, 0.4])
   key_x, key_r, key_t = jax.random.split(jax.random.key(42), 3)
   x = jax.random.categorical(key_x, jnp.log(q1), shape=(batch, gamma)).astype(jnp.int32)
   q = jnp.broadcast_to(q1, (batch, gamma, v))
@@ -145,58 +76,7 @@ def test_speculative_step_samples_p_in_distribution(gamma):
 # ---------------------------------------------------- whole sequences, statistically
 
 
-def exact_sequence_distribution(table, prompt_token, num_new, sampling, eos_id):
-  """{sequence (padded with 0 after EOS): probability} under the target alone."""
-  probs = np.asarray(probabilities(jnp.asarray(table, jnp.float32), sampling),
-                     np.float64)
-  probs /= probs.sum(axis=-1, keepdims=True)  # float32 rounding, not a model property
-  dist = {}
-  vocab = table.shape[0]
-  for seq in itertools.product(range(vocab), repeat=num_new):
-    prob, prev, out = 1.0, prompt_token, []
-    for tok in seq:
-      prob *= probs[prev, tok]
-      out.append(tok)
-      prev = tok
-      if eos_id is not None and tok == eos_id:
-        break
-    key = tuple(out + [0] * (num_new - len(out)))
-    if len(out) == num_new or all(s == 0 for s in seq[len(out):]):
-      dist[key] = dist.get(key, 0.0) + prob
-  return dist
-
-
-def chi_square_pvalue(samples, dist):
-  """Chi-square goodness of fit, pooling outcomes expected fewer than 5 times."""
-  total = samples.shape[0]
-  counts = {}
-  for row in map(tuple, samples.tolist()):
-    counts[row] = counts.get(row, 0) + 1
-  unknown = sum(c for k, c in counts.items() if k not in dist)
-  assert unknown == 0, f"{unknown} samples outside the target's support"
-  observed, expected, pooled_obs, pooled_exp = [], [], 0, 0.0
-  for seq, prob in dist.items():
-    if prob * total >= 5:
-      observed.append(counts.get(seq, 0))
-      expected.append(prob * total)
-    else:
-      pooled_obs += counts.get(seq, 0)
-      pooled_exp += prob * total
-  if pooled_exp > 0:
-    observed.append(pooled_obs)
-    expected.append(pooled_exp)
-  expected = np.asarray(expected) * (total / np.sum(expected))
-  return scipy_stats.chisquare(observed, expected).pvalue
-
-
-VOCAB, NUM_NEW, NUM_SEQUENCES = 5, 4, 100_000
-
-
-def toy_tables(seed):
-  rng = np.random.default_rng(seed)
-  target = rng.standard_normal((VOCAB, VOCAB)) * 1.5
-  draft = target + rng.standard_normal((VOCAB, VOCAB)) * 1.5
-  return target.astype(np.float32), draft.astype(np.float32)
+NUM_SEQUENCES = 100_000
 
 
 SEQUENCE_CASES = {
@@ -531,30 +411,6 @@ def test_a_cache_too_short_for_inputs_new_tokens_and_gamma_is_refused():
 # ------------------------------------------- exact at the full vocabulary (V >= 32768)
 
 
-@flax.struct.dataclass
-class ConstantLM:
-  """A context-free DecodeModel: the same logits at every position, at no cost."""
-
-  logits: jax.Array
-  vocab_size: int = flax.struct.field(pytree_node=False)
-
-  def init(self, inputs, max_length):
-    return jnp.zeros((inputs.shape[0],), jnp.int32)
-
-  def start_tokens(self, inputs):
-    return inputs[:, -1].astype(jnp.int32)
-
-  def extend(self, state, tokens):
-    logits = jnp.broadcast_to(self.logits, tokens.shape + (self.vocab_size,))
-    return logits, state + tokens.shape[1]
-
-  def rewind(self, state, lengths):
-    return jnp.minimum(state, lengths)
-
-  def lengths(self, state):
-    return state
-
-
 # Token 0 has almost all the mass; each of the other V - 1 tokens has 3e-8, a quarter
 # of the 2^-23 step of a float32 uniform. A sampler whose law is quantized to that
 # step can reach about one tail token in four, each with 4x its probability: the tail
@@ -723,7 +579,7 @@ def test_log_probs_are_the_targets_sampling_log_probabilities_of_the_output():
   out = specdec.speculative_sample(target, draft, inputs, jax.random.key(3), gamma=3,
                                    max_new_tokens=7, sampling=sampling, eos_id=4)
   full = jnp.concatenate([inputs, out.tokens], axis=1)
-  probs = probabilities(_running_mean_logits(full, target.params), sampling)
+  probs = probabilities(running_mean_logits(full, target.params), sampling)
   expected = np.log(np.maximum(np.take_along_axis(
       np.asarray(probs[:, 1:-1]), np.asarray(out.tokens)[..., None], -1)[..., 0], 1e-30))
   valid = np.arange(7)[None] < np.asarray(out.lengths)[:, None]

@@ -17,7 +17,7 @@ from specdec import verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
 from specdec.drafts import shortlist
 from specdec.models import llama
-from test_sample import ConstantLM, emission_probabilities
+from helpers import ConstantLM, emission_probabilities
 
 V = 49152  # SmolLM2's vocabulary.
 GREEDY = SamplingConfig(temperature=0.0)

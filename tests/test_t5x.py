@@ -21,7 +21,8 @@ from specdec.io.t5x import load_t5x
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
 from specdec.sample import autoregressive_sample
-from t5_helpers import assert_trees_equal, tiny_model, write_t5x_legacy
+from t5_helpers import (assert_trees_equal, t5x_decoder_module, tiny_decoder, tiny_model,
+                        tiny_pair_gin, write_t5x_legacy)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # What T5X users pass as --gin_search_paths: `python -m specdec.t5x` prints it.
@@ -446,7 +447,6 @@ def _inferences(out: pathlib.Path, task: str, mode: str, shards: int = 1) -> lis
 @pytest.mark.parametrize('infer_file', ['infer.gin', 'infer_decode_fn.gin'])
 def test_t5x_infer_runs_a_run_config(t5x_lib, tmp_path, infer_file):
   """`python -m t5x.infer` on a run file of configs/runs with a tiny pair."""
-  from test_run import tiny_pair_gin  # pylint: disable=g-import-not-at-top
   del t5x_lib
   examples = 3
   tiny = tiny_pair_gin(tmp_path, 'wmt_ende_t0_small.gin')
@@ -516,9 +516,8 @@ DO_PREFIXES, DO_LENGTH = (3, 0, 5), 10
 def decoder_pair():
   """(target, draft): tiny T5X decoder-only networks, vocabulary 64; the draft is the
   target with noise added, so that it is accepted often but not always."""
-  from test_t5x_decoder import tiny_model  # pylint: disable=g-import-not-at-top
-  target = tiny_model(seed=2)
-  noise = tiny_model(seed=3).params
+  target = tiny_decoder(seed=2)
+  noise = tiny_decoder(seed=3).params
   draft = target.replace(
       params=jax.tree.map(lambda p, n: p + 0.3 * n, target.params, noise))
   return target, draft
@@ -539,8 +538,7 @@ def _decoder_batch():
 
 
 def _t5x_decoder_network(lib, cfg):
-  from test_t5x_decoder import t5x_module  # pylint: disable=g-import-not-at-top
-  return t5x_module(lib['decoder_only_network'], cfg)
+  return t5x_decoder_module(lib['decoder_only_network'], cfg)
 
 
 @pytest.fixture(scope='module')

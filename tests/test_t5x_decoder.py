@@ -14,22 +14,12 @@ from specdec.distributions import SamplingConfig
 from specdec.models import t5x_decoder
 from specdec.models.base import DecodeModel
 from specdec.sample import autoregressive_sample, speculative_sample
+from t5_helpers import t5x_decoder_module as t5x_module, tiny_decoder as tiny_model
 
 GREEDY = SamplingConfig(temperature=0.0)
-# Query kernels are scaled up, as in t5_helpers: at T5's initial scale a random
-# model's attention is nearly uniform and greedy decodes repeat one token.
-QUERY_GAIN = 4.0
 # Rows of the test batch: prompt lengths P_b, an empty prompt among them.
 PREFIXES = (3, 0, 6)
 WIDTH = 8  # S: inputs [B, S]; P_b <= S - 1
-
-
-def tiny_model(seed=1, bidirectional=False, **overrides):
-  cfg = t5x_decoder.tiny_config(**overrides)
-  params = jax.tree_util.tree_map_with_path(
-      lambda path, x: x * QUERY_GAIN if path[-2].key == 'query' else x,
-      t5x_decoder.random_params(cfg, seed))
-  return t5x_decoder.T5XDecoder(cfg, params, bidirectional_prefix=bidirectional)
 
 
 def sequences(length, seed=0):
@@ -310,11 +300,6 @@ def t5x_network():
   return pytest.importorskip(
       't5x.examples.decoder_only.network', reason='t5x.examples.decoder_only is not '
       'installed (t5x installed editable has it: docs/t5x.md)')
-
-
-def t5x_module(network, cfg):
-  return network.DecoderWrapper(network.TransformerConfig(
-      **{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}))
 
 
 @pytest.mark.t5x

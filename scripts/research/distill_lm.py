@@ -392,7 +392,8 @@ def package_stage(run: Run) -> None:
       if training['embedding_init'] == 'svd' else 'random')
   entry = pretrained.LMS[NAME]
   info = dict(
-      name=NAME, task='chat (summarize, translate, continue, explain, describe)',
+      name=NAME, family='lm',
+      task='chat (summarize, translate, continue, explain, describe)',
       seed=FLAGS.seed,
       target=dict(lm=NAME, gguf=entry.filename,
                   wheel=f'{entry.distribution}=={entry.version}', sha256=entry.sha256,

@@ -65,7 +65,8 @@ def main(argv):
   if previous.exists():  # Keep what this run does not replace, measurements included.
     with open(previous) as f:
       info = json.load(f)
-  info.update(name=FLAGS.name, task="Multi30k English->German",
+  info.update(name=FLAGS.name, family="t5", alpha_test_set="multi30k_test_2016",
+              task="Multi30k English->German",
               prefix=train_pair.PREFIX, test_sets=TEST_SETS, provenance=PROVENANCE)
   entries = []
   if FLAGS.train_dir:

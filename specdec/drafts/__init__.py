@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdec.drafts.base import (FeatureModel, ModelProposer, ModelProposerState, Proposer,
-                                 check_target)
+from specdec.drafts.base import (CatchesUp, FeatureModel, FeatureReader, ModelProposer,
+                                 ModelProposerState, Proposal, Proposer, check_target)
 from specdec.drafts.feature import FeatureProposer, FeatureProposerState
 from specdec.models.base import DecodeModel
 
@@ -32,5 +32,6 @@ def as_proposer(draft: Any) -> Proposer:
                   f"specdec.drafts.Proposer, got {type(draft).__name__}")
 
 
-__all__ = ["FeatureModel", "FeatureProposer", "FeatureProposerState", "ModelProposer",
-           "ModelProposerState", "Proposer", "as_proposer", "check_target"]
+__all__ = ["CatchesUp", "FeatureModel", "FeatureProposer", "FeatureProposerState",
+           "FeatureReader", "ModelProposer", "ModelProposerState", "Proposal", "Proposer",
+           "as_proposer", "check_target"]

@@ -8,10 +8,12 @@ layer-skipped target, a draft that reads the target's features -- is plugged in,
 branched on. Algorithm 1 is lossless for any q (Appendix A.1): what a proposer does
 with its state cannot change the law of the output, only the acceptance rate.
 
-Optional capabilities are declared, not guessed: a proposer with
-`reads_target_features = True` is given the target's features (its last hidden
-states) of the prompt and of every verified position, and the target must then
-implement `FeatureModel` (`check_target` raises a `TypeError` naming what is missing).
+Optional capabilities are declared, not guessed, each by its own protocol: a proposer
+with `reads_target_features = True` is a `FeatureReader`, given the target's features
+(its last hidden states) of the prompt and of every verified position, and the target
+must then implement `FeatureModel` (`check_target` raises a `TypeError` naming what is
+missing); a proposer that owes its draft model tokens after iterations without drafts
+is a `CatchesUp`, and the loop lets it feed them before the next draft step.
 
 `ModelProposer` wraps any `DecodeModel` (what `speculative_sample` does with a plain
 draft model); `specdec.drafts.feature.FeatureProposer` drives a feature draft.
@@ -19,7 +21,7 @@ draft model); `specdec.drafts.feature.FeatureProposer` drives a feature draft.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Optional, Protocol, runtime_checkable
 
 import flax.struct
 import jax
@@ -31,6 +33,23 @@ from specdec.models.base import DecodeModel, ShortlistLogits
 from specdec.verify import take_position
 
 Array = jax.Array
+
+
+class Proposal(NamedTuple):
+  """What `Proposer.propose` returns: step 1 of Algorithm 1 for each row.
+
+  Attributes:
+    x: int32[B, gamma], the drafts x_1..x_gamma, x_i ~ q_i.
+    q: float32[B, gamma, V], their distributions q_1..q_gamma; None at temperature 0
+      (x is then the draft's argmax and nothing else is needed).
+    bad: int32[B], draft positions whose logits were not finite.
+    state: the proposer's state after drafting.
+  """
+
+  x: Array
+  q: Optional[Array]
+  bad: Array
+  state: Any
 
 
 @runtime_checkable
@@ -52,11 +71,9 @@ class Proposer(Protocol):
     iterations when `zero_gamma`). `target_features` [B, S - 1, d] or None."""
     ...
 
-  def propose(self, state: Any, keys: Array, sampling: SamplingConfig, gamma: int):
-    """Drafts gamma (static, >= 0) tokens per row with `keys` [B, gamma].
-
-    Returns (x int32[B, gamma], q float32[B, gamma, V] or None at temperature 0, bad
-    int32[B] positions with non-finite logits, state)."""
+  def propose(self, state: Any, keys: Array, sampling: SamplingConfig, gamma: int
+              ) -> Proposal:
+    """Drafts gamma (static, >= 0) tokens per row with `keys` [B, gamma]."""
     ...
 
   def commit(self, state: Any, chunk: Array, n: Array, gamma: int,
@@ -64,6 +81,36 @@ class Proposer(Protocol):
     """After verification: row b committed chunk[b, :n[b] + 1] ([x_1..x_n, t]);
     `features` [B, gamma + 1, d] are the target's at the verified positions (None
     unless `reads_target_features`); rows not `active` must not change."""
+    ...
+
+
+@runtime_checkable
+class FeatureReader(Protocol):
+  """A proposer that reads the target's features (`reads_target_features = True`).
+
+  Attributes:
+    feature_size: d, the size of the target's features it reads.
+  """
+
+  feature_size: int
+
+
+@runtime_checkable
+class CatchesUp(Protocol):
+  """A proposer that may owe its draft model more tokens than its next draft step
+  feeds (after iterations without drafts, gamma 0), and can feed them at once.
+
+  Before each drafting iteration that follows one at gamma 0, the loop calls
+  `catch_up` while any row `owes`: no draws are made, so the output's law is
+  untouched.
+  """
+
+  def owes(self, state: Any) -> Array:
+    """bool[B]: rows owing their draft model more than the next draft step feeds."""
+    ...
+
+  def catch_up(self, state: Any) -> Any:
+    """Feeds owed tokens to the draft model; rows that owe nothing keep their state."""
     ...
 
 
@@ -84,6 +131,9 @@ def check_target(proposer: Proposer, target: Any) -> None:
   """Raises unless `target` offers what `proposer` declares it reads."""
   if not proposer.reads_target_features:
     return
+  if not isinstance(proposer, FeatureReader):
+    raise TypeError(f"draft ({type(proposer).__name__}) reads the target's features "
+                    "but declares no feature_size (`FeatureReader`)")
   missing = [m for m in ("init_with_features", "extend_with_features")
              if not callable(getattr(target, m, None))]
   if missing:
@@ -136,14 +186,17 @@ def stack_drafts(first, rest, sampling: SamplingConfig):
   return x, jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1), bad
 
 
-def no_drafts(batch: int, vocab_size: int, sampling: SamplingConfig):
+def no_drafts(batch: int, vocab_size: int, sampling: SamplingConfig, state: Any
+              ) -> Proposal:
   """What `propose` returns for gamma = 0: nothing drafted."""
   q = None if sampling.greedy else jnp.zeros((batch, 0, vocab_size), jnp.float32)
-  return jnp.zeros((batch, 0), jnp.int32), q, jnp.zeros((batch,), jnp.int32)
+  return Proposal(jnp.zeros((batch, 0), jnp.int32), q, jnp.zeros((batch,), jnp.int32),
+                  state)
 
 
-def _mask(active: Array, new: Any, old: Any) -> Any:
-  """`new` in active rows, `old` elsewhere, leaf by leaf (leading axis B)."""
+def where_active(active: Array, new: Any, old: Any) -> Any:
+  """`new` in active rows, `old` elsewhere, leaf by leaf (leading axis B): a finished
+  row stops changing."""
   return jax.tree.map(
       lambda a, b: jnp.where(active.reshape(active.shape + (1,) * (a.ndim - 1)), a, b),
       new, old)
@@ -199,8 +252,8 @@ class ModelProposer:
     draft = self.draft
     start = draft.lengths(state.draft_state)
     if gamma == 0:
-      return (*no_drafts(start.shape[0], self.vocab_size, sampling),
-              state.replace(start=start))
+      return no_drafts(start.shape[0], self.vocab_size, sampling,
+                       state.replace(start=start))
     # At most 2 owed tokens here (`catch_up` fed any more).
     logits, ids, draft_state = draft_logits(draft, state.draft_state,
                                             state.pending[:, :2], sampling)
@@ -218,7 +271,7 @@ class ModelProposer:
     (draft_state, _), rest = jax.lax.scan(step, (draft_state, first[0]),
                                           step_keys(keys, sampling), length=gamma - 1)
     x, q, bad = stack_drafts(first, rest, sampling)
-    return x, q, bad, state.replace(draft_state=draft_state, start=start)
+    return Proposal(x, q, bad, state.replace(draft_state=draft_state, start=start))
 
   def commit(self, state, chunk, n, gamma, features, active):
     t = jnp.take_along_axis(chunk, n[:, None], axis=1)[:, 0]
@@ -237,11 +290,13 @@ class ModelProposer:
         draft_state=self.draft.rewind(state.draft_state,
                                       jnp.where(active, kept, state.start)),
         pending=pending, num_pending=1 + full.astype(jnp.int32))
-    return new.replace(pending=_mask(active, new.pending, state.pending),
-                       num_pending=_mask(active, new.num_pending, state.num_pending))
+    return new.replace(pending=where_active(active, new.pending, state.pending),
+                       num_pending=where_active(active, new.num_pending,
+                                                state.num_pending))
 
   def owes(self, state) -> Array:
-    """bool[B]: rows owing Mq more tokens than `propose`'s first step feeds (2)."""
+    """bool[B]: rows owing Mq more tokens than `propose`'s first step feeds (2)
+    (`CatchesUp`)."""
     return state.num_pending > 2
 
   def catch_up(self, state):

@@ -17,7 +17,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specdec.drafts.base import _mask, draw, no_drafts, owe, stack_drafts, step_keys
+from specdec.drafts.base import (Proposal, draw, no_drafts, owe, stack_drafts, step_keys,
+                                 where_active)
 from specdec.verify import take_position
 
 Array = jax.Array
@@ -43,7 +44,8 @@ class FeatureProposerState:
 
 @flax.struct.dataclass
 class FeatureProposer:
-  """`specdec.drafts.eagle.FeatureDraft` driven by the target's features."""
+  """`specdec.drafts.eagle.FeatureDraft` driven by the target's features (a
+  `FeatureReader`)."""
 
   draft: Any
   reads_target_features = True
@@ -76,8 +78,8 @@ class FeatureProposer:
     draft = self.draft
     start = draft.lengths(state.draft_state)
     if gamma == 0:
-      return (*no_drafts(start.shape[0], self.vocab_size, sampling),
-              state.replace(start=start))
+      return no_drafts(start.shape[0], self.vocab_size, sampling,
+                       state.replace(start=start))
     logits, features, draft_state = draft.extend(state.draft_state, state.pending,
                                                  state.pending_features)
     draft_state = draft.rewind(draft_state, start + state.num_pending)
@@ -95,7 +97,7 @@ class FeatureProposer:
     (draft_state, _, _), rest = jax.lax.scan(step, (draft_state, first[0], feature1),
                                              step_keys(keys, sampling), length=gamma - 1)
     x, q, bad = stack_drafts(first, rest, sampling)
-    return x, q, bad, state.replace(draft_state=draft_state, start=start)
+    return Proposal(x, q, bad, state.replace(draft_state=draft_state, start=start))
 
   def commit(self, state, chunk, n, gamma, features, active):
     width = state.pending.shape[1]
@@ -111,7 +113,7 @@ class FeatureProposer:
                num_pending=state.num_pending)
     kept = jnp.where(active, state.start + state.num_pending, state.start)
     return state.replace(draft_state=self.draft.rewind(state.draft_state, kept),
-                         **_mask(active, new, old))
+                         **where_active(active, new, old))
 
   def _owe(self, state, t, feature, active):
     """An iteration without drafts: t and its feature join `pending` (`owe`)."""

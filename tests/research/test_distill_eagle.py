@@ -10,8 +10,7 @@ import distill_eagle
 import specdec
 from specdec.distributions import SamplingConfig
 from specdec.drafts import eagle
-from test_eagle import target_features
-from test_llama import tiny_model
+from llama_helpers import target_features, tiny_model
 
 pytestmark = pytest.mark.research
 

@@ -382,7 +382,7 @@ def test_corpus_alpha_is_the_mean_beta_over_every_batch():
   """alpha over cached batches pools every generated position of every batch (a
   position-weighted mean, not a mean of per-batch means), from specdec's betas."""
   from specdec.bench.alpha import teacher_forced_betas
-  from test_llama import tiny_model
+  from llama_helpers import tiny_model
   target, draft = tiny_model(0), tiny_model(1)
   sampling = lm_decodes.SAMPLED
   rng = np.random.default_rng(0)
