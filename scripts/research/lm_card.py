@@ -357,7 +357,8 @@ def model_card(info: dict[str, Any]) -> str:
                 'parameters, so the shipped draft spends the same budget on a body of '
                 f'width {cfg["hidden_size"]} (t_q and c above).']
   lines += ['', '## Use', '', '```python', 'import jax, jax.numpy as jnp, specdec',
-            'from specdec import lm_prompts, pretrained',
+            'from specdec import pretrained',
+            'from specdec.data import lm_prompts',
             f'target, draft, tok = pretrained.load_pair("{info["name"]}")',
             f'messages = pretrained.lm_eval_prompts("{info["name"]}")',
             'inputs = jnp.asarray(lm_prompts.right_pad(',
