@@ -412,7 +412,12 @@ def speculative_sample(target: DecodeModel, draft: Any, inputs: Array,
   Returns:
     `SampleOutput` with tokens int32[B, max_new_tokens], lengths int32[B],
     `SpeculativeStats` and log_probs. Both models are asked for max_new_tokens +
-    G + 1 positions beyond their inputs (G: the largest gamma).
+    G + 1 positions beyond their inputs (G: the largest gamma); a draft model 2 more
+    under an `AutoGamma` rule that includes gamma 0 (`drafts.ModelProposer.start`).
+
+  Raises:
+    ValueError: naming the draft and gamma where the draft cannot hold those
+      positions (raised while the decode is traced).
   """
   if not isinstance(gamma, AutoGamma):
     gamma = check_positive_int("gamma", gamma)
