@@ -390,8 +390,9 @@ def speculative_sample(target: DecodeModel, draft: Any, inputs: Array,
     inputs: int[B, S], whatever both models' `init` takes (T5: encoder tokens; a
       causal LM: prompts). Both models are fed the target's `start_tokens`.
     rng: one PRNG key (split per row by folding in the row index) or one key per row
-      [B]; with a fixed gamma, row b's output depends on its inputs and its own key
-      only.
+      [B]; with a fixed gamma, row b's output depends on its inputs, its own key and
+      its logits only (which the batch can change by float rounding; an AutoGamma
+      rule's gamma is the batch's: docs/theory.md, "Per row").
     gamma: draft tokens per iteration, an int >= 1; or an `AutoGamma` rule choosing it
       before each iteration (`specdec.adaptive`; exact too: the choice depends on the
       past only). A rule that picks gamma 0 before anything is seen never drafts
