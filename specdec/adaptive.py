@@ -68,6 +68,34 @@ def _check_real(name: str, value: Any, low: float, high: float, *, low_open=Fals
   return value
 
 
+def _check_int(name: str, value: Any, low: int) -> int:
+  if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral)
+      or value < low):
+    raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+  return int(value)
+
+
+def _int_key(name: str, key: str) -> int:
+  """A JSON object's key read as an int, or ValueError naming `name`."""
+  try:
+    return int(key)
+  except ValueError:
+    raise ValueError(f"{name}: keys must be ints, got {key!r}") from None
+
+
+def _check_gammas(gammas: Any) -> tuple[int, ...]:
+  """gammas as a tuple of distinct increasing ints >= 0, or ValueError naming it."""
+  try:
+    values = tuple(gammas)
+  except TypeError:
+    values = None
+  if (not values or any(isinstance(g, (bool, np.bool_)) or not isinstance(g, numbers.Integral)
+                        or g < 0 for g in values)
+      or list(values) != sorted(set(values))):
+    raise ValueError(f"gammas must be distinct increasing ints >= 0, got {gammas!r}")
+  return tuple(int(g) for g in values)
+
+
 @dataclasses.dataclass(frozen=True)
 class StepCosts:
   """Measured costs of one pair at one batch size, in target steps (t_p(1) = 1).
@@ -100,10 +128,14 @@ class StepCosts:
     object.__setattr__(self, "temperature",
                        _check_real("temperature", self.temperature, 0.0, math.inf,
                                    high_open=True))
-    pairs = tuple((int(k), _check_real(f"v({k})", x, 0.0, math.inf, low_open=True,
-                                        high_open=True)) for k, x in self.v)
-    loops = tuple((int(g), _check_real(f"iteration({g})", x, 0.0, math.inf, low_open=True,
-                                        high_open=True)) for g, x in self.iteration)
+    pairs = tuple((_check_int(f"v: key {k!r}", k, 1), _check_real(
+        f"v({k})", x, 0.0, math.inf, low_open=True, high_open=True)) for k, x in self.v)
+    if any(k < 2 for k, _ in pairs):
+      raise ValueError(f"v: keys are positions verified per call, ints >= 2 (v(1) = 1 "
+                       f"by definition), got {[k for k, _ in pairs]}")
+    loops = tuple((_check_int(f"iteration: key {g!r}", g, 0), _check_real(
+        f"iteration({g})", x, 0.0, math.inf, low_open=True, high_open=True))
+                  for g, x in self.iteration)
     if any(g < 0 for g, _ in loops):
       raise ValueError(f"iteration: gammas must be >= 0, got {[g for g, _ in loops]}")
     object.__setattr__(self, "c", float(self.c))
@@ -114,8 +146,8 @@ class StepCosts:
     """v(k); v(1) = 1 by definition; else measured, linearly interpolated."""
     if k == 1:
       return 1.0
-    ks = [1] + [a for a, _ in self.v if a != 1]
-    vs = [1.0] + [b for a, b in self.v if a != 1]
+    ks = [1] + [a for a, _ in self.v]  # keys >= 2, sorted (`__post_init__`)
+    vs = [1.0] + [b for _, b in self.v]
     if k > ks[-1]:
       raise ValueError(f"v({k}) was not measured (largest k: {ks[-1]})")
     return float(np.interp(k, ks, vs))
@@ -143,11 +175,21 @@ class StepCosts:
 
   @classmethod
   def from_json(cls, text: str) -> "StepCosts":
+    """The costs `to_json` wrote. Raises ValueError naming a missing or bad key."""
     d = json.loads(text)
-    return cls(c=d["c"], v=tuple((int(k), x) for k, x in d["v"].items()),
+    if not isinstance(d, dict):
+      raise ValueError(f"step costs: expected a JSON object, got {type(d).__name__}")
+    for key in ("c", "v"):
+      if key not in d:
+        raise ValueError(f"step costs: the key {key!r} is missing (keys: {sorted(d)})")
+    for key in ("v", "iteration"):
+      if not isinstance(d.get(key, {}), dict):
+        raise ValueError(f"{key}: expected an object {{k: cost}}, got {d[key]!r}")
+    return cls(c=d["c"], v=tuple((_int_key("v", k), x) for k, x in d["v"].items()),
                batch=d.get("batch", 1), device=d.get("device", ""),
                temperature=d.get("temperature", 0.0),
-               iteration=tuple((int(g), x) for g, x in d.get("iteration", {}).items()))
+               iteration=tuple((_int_key("iteration", g), x)
+                               for g, x in d.get("iteration", {}).items()))
 
   def save(self, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
@@ -194,16 +236,13 @@ class AutoGamma:
   margin: float = 0.0
 
   def __post_init__(self):
-    gammas = tuple(self.gammas)
-    if not gammas or any(isinstance(g, bool) or not isinstance(g, numbers.Integral)
-                         or g < 0 for g in gammas) or list(gammas) != sorted(set(gammas)):
-      raise ValueError(f"gammas must be distinct increasing ints >= 0, got {self.gammas!r}")
+    gammas = _check_gammas(self.gammas)
     if len(self.costs) != len(gammas):
       raise ValueError(f"costs must have one entry per gamma ({len(gammas)}), got "
                        f"{len(self.costs)}")
     costs = tuple(_check_real(f"costs[{i}]", x, 0.0, math.inf, low_open=True,
                               high_open=True) for i, x in enumerate(self.costs))
-    object.__setattr__(self, "gammas", tuple(int(g) for g in gammas))
+    object.__setattr__(self, "gammas", gammas)
     object.__setattr__(self, "costs", costs)
     object.__setattr__(self, "prior", _check_real("prior", self.prior, 0.0, 1.0))
     object.__setattr__(self, "prior_weight", _check_real(
@@ -221,7 +260,9 @@ class AutoGamma:
     """The rule for measured (or given) costs: per gamma, the loop's measured iteration
     where `costs` has one, else gamma c + v(gamma + 1) (`StepCosts.cost`). With
     `prune`, the gammas that no alpha would choose are left out (`useful_gammas`)."""
-    gammas = tuple(gammas)
+    if not isinstance(costs, StepCosts):
+      raise TypeError(f"costs must be a StepCosts, got {type(costs).__name__}")
+    gammas = _check_gammas(gammas)
     return cls._of(gammas, tuple(costs.cost(g) for g in gammas), prune, kwargs)
 
   @classmethod
@@ -231,7 +272,7 @@ class AutoGamma:
     c e.g. from parameter counts (Section 3.5). `prune` as in `from_costs`."""
     c = _check_real("c", c, 0.0, math.inf, high_open=True)
     v = _check_real("v", v, 0.0, math.inf, low_open=True, high_open=True)
-    gammas = tuple(gammas)
+    gammas = _check_gammas(gammas)
     return cls._of(gammas, tuple(1.0 if g == 0 else g * c + v for g in gammas), prune,
                    kwargs)
 
@@ -240,7 +281,7 @@ class AutoGamma:
     rule = cls(gammas=gammas, costs=costs, **kwargs)  # Validates before pruning.
     if not prune:
       return rule
-    keep = useful_gammas(rule.gammas, rule.costs)
+    keep = useful_gammas(rule.gammas, rule.costs, rule.margin)
     return dataclasses.replace(rule, gammas=keep,
                                costs=tuple(rule.costs[rule.gammas.index(g)] for g in keep))
 
@@ -283,9 +324,12 @@ class Progress(NamedTuple):
   row_keys: Array
 
 
-def useful_gammas(gammas: Sequence[int], costs: Sequence[float]) -> tuple[int, ...]:
+def useful_gammas(gammas: Sequence[int], costs: Sequence[float], margin: float = 0.0
+                  ) -> tuple[int, ...]:
   """The gammas that maximize E(alpha, gamma) / cost(gamma) for some alpha in [0, 1]:
-  Theorem 3.8's upper envelope, computed exactly. Each rate is a polynomial in alpha,
+  Theorem 3.8's upper envelope, computed exactly, with the costs `choose` compares:
+  every gamma > 0's counted (1 + `margin`) times (`AutoGamma.margin`), so that a
+  gamma 0 the margin would choose is kept. Each rate is a polynomial in alpha,
   E(alpha, gamma) = sum_{k <= gamma} alpha^k, so the envelope can only change where two
   rates cross: at the real roots in [0, 1] of their differences. The argmax is taken
   at those points, at 0 and 1, and between each two consecutive ones.
@@ -296,6 +340,7 @@ def useful_gammas(gammas: Sequence[int], costs: Sequence[float]) -> tuple[int, .
   summed objective could in principle prefer an off-envelope gamma for a mix of rows;
   the envelope's best is then within the spread of the rows' own choices."""
   gammas = [int(g) for g in gammas]
+  costs = [cost * (1.0 + margin) if g > 0 else cost for g, cost in zip(gammas, costs)]
   size = max(gammas) + 1
   polys = [np.where(np.arange(size) <= g, 1.0 / cost, 0.0)  # Coefficients, low first.
            for g, cost in zip(gammas, costs)]

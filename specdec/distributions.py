@@ -175,11 +175,14 @@ def greedy_tokens_checked(logits: Array) -> tuple[Array, Array]:
   """(`greedy_tokens(logits)`, `nonfinite(logits)`) in one pass over the logits.
 
   The block maxima of the raw logits give both: their maximum is NaN, +inf or -inf
-  exactly when `nonfinite` is True, and otherwise (and when it is >= -1e30, the
+  exactly when `nonfinite` is True, and otherwise (and when it is above -1e30, the
   sanitized stand-in for -inf) the first argmax of the raw logits is that of the
-  sanitized ones. Only when some row fails that test does the batch take
-  `greedy_tokens`' sanitizing path (`lax.cond`, so the common case pays one pass
-  where the two functions would pay two).
+  sanitized ones. A row whose maximum is -1e30 or below, or non-finite, takes
+  `greedy_tokens`' sanitizing path instead (at exactly -1e30 a -inf before the
+  maximum sanitizes to an equal, earlier value). The choice is per row: the
+  sanitizing pass runs only when some row needs it (`lax.cond`, so the common case
+  pays one pass where the two functions would pay two), and then replaces the tokens
+  of those rows alone, so a row's token never depends on the other rows of its batch.
 
   On a CPU the same two results come from one kernel (`specdec.backends.cpu.
   greedy_checked`: a dozen XLA:CPU thunks become one, ~0.1 ms less per verification
@@ -197,12 +200,14 @@ def _greedy_tokens_checked_xla(logits: Array) -> tuple[Array, Array]:
   top = jnp.max(block_max, axis=-1)
   bad = _bad(logits, top)
 
-  def raw_argmax(_):
-    block = _first_argmax_flat(block_max)
-    return block * BLOCK + _first_argmax_flat(_take_block(grouped, block))
-
-  tokens = jax.lax.cond(jnp.any(bad | (top < -_LOGIT_MAX)),
-                        lambda _: greedy_tokens(logits), raw_argmax, None)
+  block = _first_argmax_flat(block_max)
+  raw = block * BLOCK + _first_argmax_flat(_take_block(grouped, block))
+  # Per row: where the raw maximum is not above -1e30 (or not finite), sanitizing
+  # can move the first argmax; elsewhere both paths give the same token.
+  sanitize = bad | (top <= -_LOGIT_MAX)
+  tokens = jax.lax.cond(jnp.any(sanitize),
+                        lambda raw: jnp.where(sanitize, greedy_tokens(logits), raw),
+                        lambda raw: raw, raw)
   return tokens, bad
 
 
@@ -224,15 +229,17 @@ def probabilities_checked(logits: Array, sampling: SamplingConfig
   """(`probabilities(logits, sampling)`, `nonfinite(logits)`) at temperature > 0, with
   one max-reduction over the logits where the two functions would take two: the raw
   logits' maximum is that of the sanitized ones unless `nonfinite` (or it is below
-  -1e30), in which case the batch recomputes it from the sanitized logits
-  (`lax.cond`)."""
+  -1e30), in which case that row's maximum is recomputed from the sanitized logits
+  (per row, under one `lax.cond` that skips the pass when no row needs it)."""
   raw = logits.astype(jnp.float32)
   top = jnp.max(raw, axis=-1, keepdims=True)
   bad = _bad(raw, top[..., 0])
   logits = _sanitize(raw)
-  top = jax.lax.cond(jnp.any(bad | (top[..., 0] < -_LOGIT_MAX)),
-                     lambda _: jnp.max(logits, axis=-1, keepdims=True),
-                     lambda _: top, None)
+  sanitize = (bad | (top[..., 0] < -_LOGIT_MAX))[..., None]
+  top = jax.lax.cond(
+      jnp.any(sanitize),
+      lambda top: jnp.where(sanitize, jnp.max(logits, axis=-1, keepdims=True), top),
+      lambda top: top, top)
   return _shifted_probabilities(logits, top, sampling), bad
 
 

@@ -441,8 +441,9 @@ def speculative_sample(target: DecodeModel, draft: Any, inputs: Array,
     inputs: int[B, S], whatever both models' `init` takes (T5: encoder tokens; a
       causal LM: prompts). Both models are fed the target's `start_tokens`.
     rng: one PRNG key (split per row by folding in the row index) or one key per row
-      [B]; with a fixed gamma, row b's output depends on its inputs and its own key
-      only.
+      [B]; with a fixed gamma, row b's output depends on its inputs, its own key and
+      its logits only (which the batch can change by float rounding; an AutoGamma
+      rule's gamma is the batch's: docs/theory.md, "Per row").
     gamma: draft tokens per iteration, an int >= 1; or an `AutoGamma` rule choosing it
       before each iteration (`specdec.adaptive`; exact too: the choice depends on the
       past only). A rule that picks gamma 0 before anything is seen never drafts
@@ -463,7 +464,12 @@ def speculative_sample(target: DecodeModel, draft: Any, inputs: Array,
   Returns:
     `SampleOutput` with tokens int32[B, max_new_tokens], lengths int32[B],
     `SpeculativeStats` and log_probs. Both models are asked for max_new_tokens +
-    G + 1 positions beyond their inputs (G: the largest gamma).
+    G + 1 positions beyond their inputs (G: the largest gamma); a draft model 2 more
+    under an `AutoGamma` rule that includes gamma 0 (`drafts.ModelProposer.start`).
+
+  Raises:
+    ValueError: naming the draft and gamma where the draft cannot hold those
+      positions (raised while the decode is traced).
   """
   if not isinstance(gamma, AutoGamma):
     gamma = check_positive_int("gamma", gamma)

@@ -519,3 +519,94 @@ def test_the_shipped_rules_carry_the_shipped_margin():
   assert rule.margin == pretrained.SHIPPED_MARGIN > 0
   assert pretrained.auto_gamma("multi30k_ende", 0.0, 1, "draft_distilled",
                                margin=0.0).margin == 0.0
+
+
+def test_pruning_keeps_the_gamma_0_that_the_margin_chooses():
+  """Gamma 0 (1.25) is dearer than gamma 1 (1.2): off the paper's envelope. With a
+  margin of 5 %, gamma 1 counts 1.26, and gamma 0 wins below alpha ~0.008: `choose`
+  picks it there, so pruning must keep it (and `never_drafts` can then fire)."""
+  costs = adaptive.StepCosts(c=0.1, v=((2, 1.1),), iteration=((0, 1.25), (1, 1.2)))
+  assert AutoGamma.from_costs(costs, (0, 1)).gammas == (1,)
+  rule = AutoGamma.from_costs(costs, (0, 1), margin=0.05, prior=0.0)
+  assert rule.gammas == (0, 1)
+  ones = jnp.ones((1,), bool)
+  assert rule.gammas[int(adaptive.choose(rule, jnp.zeros((1,)), ones))] == 0
+  assert adaptive.never_drafts(rule)
+  assert AutoGamma.from_c(0.1, (0, 1, 3), margin=0.0).gammas == (0, 1, 3)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pruning_with_a_margin_never_changes_a_rows_choice(seed):
+  """With the margin, the pruned rule's choice has the full rule's rate (margin
+  included) at every alpha, as without one."""
+  rng = np.random.default_rng(seed)
+  gammas = adaptive.DEFAULT_GAMMAS
+  c, margin = rng.uniform(0.0, 0.4), rng.uniform(0.0, 0.3)
+  v = np.cumsum(rng.uniform(0.0, 0.3, len(gammas))) + 1.0
+  costs = tuple(rng.uniform(0.9, 1.3) if g == 0 else g * c + float(v[i])
+                for i, g in enumerate(gammas))
+  full = AutoGamma(gammas=gammas, costs=costs, margin=margin)
+  pruned = AutoGamma._of(gammas, costs, True, dict(margin=margin))  # pylint: disable=protected-access
+
+  def rate(rule, alpha, index):
+    factor = 1.0 + margin if rule.gammas[index] > 0 else 1.0
+    return (float(theory.expected_tokens(alpha, rule.gammas[index]))
+            / (rule.costs[index] * factor))
+
+  ones = jnp.ones((1,), bool)
+  for alpha in np.linspace(0.0, 1.0, 201):
+    best = rate(full, alpha, int(adaptive.choose(full, jnp.full((1,), alpha), ones)))
+    got = rate(pruned, alpha, int(adaptive.choose(pruned, jnp.full((1,), alpha), ones)))
+    assert got >= best * (1 - 1e-5), (alpha, pruned.gammas)
+
+
+@pytest.mark.parametrize("text,name", [
+    ('{"v": {"2": 1.1}}', "'c'"),
+    ('{"c": 0.1}', "'v'"),
+    ('{"c": 0.1, "v": {"2": 1.1}, "iteration": {"one": 1.0}}', "iteration"),
+    ('{"c": 0.1, "v": {"2": 1.1}, "iteration": {"1.5": 1.0}}', "iteration"),
+    ('{"c": 0.1, "v": {"two": 1.1}}', "v"),
+    ('{"c": 0.1, "v": {"1": 1.0, "2": 1.1}}', "v"),
+    ('{"c": 0.1, "v": {"0": 0.5, "2": 1.1}}', "v"),
+    ('{"c": 0.1, "v": [1.1]}', "v"),
+    ('[0.1]', "object"),
+])
+def test_bad_step_costs_json_raises_naming_the_key(text, name):
+  with pytest.raises(ValueError, match=name):
+    StepCosts.from_json(text)
+
+
+def test_a_v_key_below_2_is_refused():
+  """v(1) = 1 by definition, and a key below it would unsort the interpolation."""
+  for v in (((0, 0.5), (2, 1.1)), ((-1, 0.5),), ((1, 1.0),)):
+    with pytest.raises(ValueError, match="v"):
+      StepCosts(c=0.1, v=v)
+  with pytest.raises(ValueError, match="iteration"):
+    StepCosts(c=0.1, v=((2, 1.1),), iteration=((1.5, 1.0),))
+
+
+@pytest.mark.parametrize("gammas", [("1",), 3, (0, "1"), (1.0, 2), (True,), (), (2, 1)])
+def test_from_c_and_from_costs_name_bad_gammas_before_computing_costs(gammas):
+  costs = StepCosts(c=0.1, v=((2, 1.1), (4, 1.3)))
+  with pytest.raises(ValueError, match="gammas"):
+    AutoGamma.from_c(0.1, gammas=gammas)
+  with pytest.raises(ValueError, match="gammas"):
+    AutoGamma.from_costs(costs, gammas=gammas)
+
+
+def test_a_zero_gamma_rule_names_the_draft_and_gamma_when_the_draft_is_too_short():
+  """A rule with gamma 0 asks a model draft for max_new_tokens + G + 3 positions (the
+  4-wide window of owed tokens), 2 more than the target; the error says so."""
+  big = specdec.models.CausalLM.from_fn(lambda t: jnp.zeros(t.shape + (8,)), 8)
+  short = specdec.models.CausalLM.from_fn(lambda t: jnp.zeros(t.shape + (8,)), 8,
+                                          max_length=10)
+  rule = AutoGamma(gammas=(0, 3), costs=(1.0, 1.3), prior=0.9)
+  inputs = jnp.ones((1, 2), jnp.int32)
+  run = lambda target, draft, gamma: specdec.speculative_sample(  # noqa: E731
+      target, draft, inputs, jax.random.key(0), gamma=gamma, max_new_tokens=4,
+      sampling=GREEDY)
+  with pytest.raises(ValueError, match=r"draft: .*10 positions.* G = 3.*gamma 0"):
+    run(big, short, rule)
+  # The target holds 2 + 4 + 3 + 1 = 10; so does the draft without gamma 0.
+  assert run(short, big, rule).tokens.shape == (1, 4)
+  assert run(big, short, 3).tokens.shape == (1, 4)

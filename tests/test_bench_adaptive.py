@@ -68,7 +68,7 @@ def test_auto_gamma_is_the_pairs_measured_costs_with_its_measured_alpha_as_prior
       # no alpha would choose at these costs.
       shipped = pretrained.shipped_gammas(pair)
       assert rule.gammas == adaptive.useful_gammas(
-          shipped, [costs.cost(g) for g in shipped])
+          shipped, [costs.cost(g) for g in shipped], rule.margin)
       assert set(rule.gammas) <= set(shipped) and 0 in rule.gammas
       assert rule.costs == tuple(costs.cost(g) for g in rule.gammas)
       assert rule.prior == pretrained.measured_alpha(pair, draft, temperature)
@@ -146,3 +146,12 @@ def test_the_bootstrap_intervals_hold_the_ratios_and_widen_with_their_spread():
   lo, hi = bench_adaptive._bootstrap(noisy, (1, 2))["adaptive_speedup_interval"]  # pylint: disable=protected-access
   total = sum(base) / sum(noisy["adaptive"][0])
   assert lo < total < hi and hi - lo > 0.1
+
+
+def test_step_costs_name_an_empty_batch_table(tmp_path, monkeypatch):
+  from specdec.pretrained import costs
+  (tmp_path / "costs.json").write_text(json.dumps({"draft": {"0.0": {}}}))
+  monkeypatch.setattr(costs, "pair_dir", lambda name: tmp_path)
+  monkeypatch.setattr(costs, "check_draft", lambda name, draft: None)
+  with pytest.raises(ValueError, match="no batch sizes"):
+    costs.step_costs("p", "draft", 1, 0.0)

@@ -240,3 +240,23 @@ def test_a_single_nan_logit_is_flagged_in_long_rows_too(vocab):
              lambda x: distributions.probabilities_checked(x, SamplingConfig(1.0))[1]):
     assert np.asarray(fn(jnp.asarray(x))).tolist() == want
     assert np.asarray(jax.jit(fn)(x)).tolist() == want
+
+
+@pytest.mark.parametrize("vocab", [300, 32128])
+def test_a_row_needing_sanitizing_leaves_the_other_rows_tokens_alone(vocab):
+  """The portable version (the one TPUs and GPUs run) picks per row between the raw
+  argmax and the sanitizing pass. Row 0's largest logit is exactly -1e30 after a -inf:
+  sanitized, index 0 (the -inf) ties with it and comes first, alone or beside a NaN
+  row, as the CPU kernel gives."""
+  check = jax.jit(distributions._greedy_tokens_checked_xla)  # pylint: disable=protected-access
+  row = np.full((vocab,), -np.inf, np.float32)
+  row[1] = -1e30
+  finite = np.arange(vocab, dtype=np.float32) % 7
+  for neighbour in (np.full((vocab,), np.nan, np.float32), finite):
+    alone = check(jnp.asarray(row[None]))[0]
+    beside = check(jnp.asarray(np.stack([row, neighbour])))[0]
+    assert int(alone[0]) == int(beside[0]) == 0
+    assert int(beside[1]) == int(distributions.greedy_tokens(jnp.asarray(neighbour)))
+  # A finite row beside a NaN row keeps its own raw argmax.
+  tokens = check(jnp.asarray(np.stack([finite, np.full((vocab,), np.nan, np.float32)])))[0]
+  assert tokens.tolist() == [6, 0]

@@ -257,6 +257,8 @@ def _adversarial_logits(rows, vocab, seed):
   x[2] = np.nan
   x[3, :] = -1e35  # every value finite and below the -1e30 stand-in
   x[3, rng.integers(0, vocab)] = -1e34
+  x[4] = -np.inf  # the largest logit is exactly the stand-in, after a -inf
+  x[4, vocab - 1] = -1e30
   return x
 
 
@@ -276,6 +278,12 @@ def test_greedy_kernel_equals_the_xla_version_on_every_kind_of_input(vocab):
       np.testing.assert_array_equal(got[1], want[1])
       np.testing.assert_array_equal(got[1], np.asarray(jax.jit(
           distributions.nonfinite)(shaped)))
+    # Each row alone too: the XLA version's token of a row must not depend on
+    # whether another row of its batch needs sanitizing.
+    for row in range(x.shape[0]):
+      got, want = kernel(x[row:row + 1]), xla(x[row:row + 1])
+      np.testing.assert_array_equal(got[0], want[0], err_msg=f'row {row}')
+      np.testing.assert_array_equal(got[0], kernel(x)[0][row:row + 1])
 
 
 def test_greedy_kernel_under_vmap_and_in_the_lowered_cpu_program():

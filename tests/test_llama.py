@@ -184,6 +184,30 @@ def test_prefill_feeds_only_the_shortest_bucket_that_holds_the_longest_row(lengt
     np.testing.assert_allclose(logits[b, 0], reference, atol=2e-5, rtol=0)
 
 
+@pytest.mark.parametrize("lengths,bucket", [([30, 12], 64), ([100, 3], 128)])
+def test_init_with_features_takes_inits_bucketed_prefill_bit_for_bit(lengths, bucket):
+  """One prefill path: `init_with_features` writes the same caches as `init` (the same
+  bucket's forward, nothing past it), so the logits after it are identical; its
+  features are the bucket's (zeros past it, beyond every row's prompt), equal to those
+  of each row's unpadded prompt."""
+  model = tiny_model(num_layers=2)
+  x = ragged_inputs(2, 150, model.vocab_size, lengths, seed=11)
+  plain = model.init(x, 4)
+  state, features = model.init_with_features(x, 4)
+  np.testing.assert_array_equal(state.lengths, plain.lengths)
+  for (k1, v1), (k2, v2) in zip(plain.caches, state.caches):
+    np.testing.assert_array_equal(k1, k2)
+    np.testing.assert_array_equal(v1, v2)
+  start = model.start_tokens(x)[:, None]
+  np.testing.assert_array_equal(model.extend(state, start)[0],
+                                model.extend(plain, start)[0])
+  assert features.shape == (2, 149, model.config.hidden_size)
+  np.testing.assert_array_equal(features[:, bucket:], 0.0)
+  for b, n in enumerate(lengths):
+    alone = model.init_with_features(x[b:b + 1, :n], 4)[1]
+    np.testing.assert_allclose(features[b, :n - 1], alone[0], atol=2e-5, rtol=0)
+
+
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_a_padded_prompt_decodes_as_its_unpadded_self():
   """Greedy decodes of one prompt, alone and right-padded to 200 tokens, agree (both

@@ -240,10 +240,27 @@ class ModelProposer:
     return self.draft.vocab_size
 
   def start(self, inputs, capacity, max_gamma, zero_gamma, target_features=None):
+    """The draft's cache holds `capacity` positions past the prompt (max_new_tokens +
+    G + 1, G = `max_gamma`), 2 more when the rule can skip the draft (`zero_gamma`):
+    the owed window is then 4 wide, and `catch_up` writes all 4 slots at once.
+
+    Raises:
+      ValueError: naming the draft and gamma, where the draft cannot hold that many.
+    """
     width = 4 if zero_gamma else 2
     start = self.draft.start_tokens(inputs)
+    needed = capacity + width - 2
+    try:
+      draft_state = self.draft.init(inputs, needed)
+    except ValueError as e:
+      extra = (", plus 2 for a gamma rule that includes gamma 0 (the owed window)"
+               if zero_gamma else "")
+      raise ValueError(
+          f"draft: this decode needs {needed} positions past the prompt in the draft "
+          f"(max_new_tokens + G + 1 = {capacity} with G = {max_gamma}, the largest "
+          f"gamma{extra}), and the draft cannot hold them: {e}") from e
     return ModelProposerState(
-        draft_state=self.draft.init(inputs, capacity + width - 2),
+        draft_state=draft_state,
         pending=jnp.tile(start[:, None], (1, width)),
         num_pending=jnp.ones_like(start),
         start=jnp.zeros_like(start))

@@ -690,17 +690,31 @@ def _extend(cfg: LlamaConfig, params: Any, tokens: Array, lengths: Array,
                                 method=Transformer.extend)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jax.jit, static_argnums=0, static_argnames='features')
 def _prefill(cfg: LlamaConfig, params: Any, tokens: Array, fed: Array,
-             caches: tuple[tuple[Array, Array], ...], packed: Any = None):
+             caches: tuple[tuple[Array, Array], ...], packed: Any = None,
+             features: bool = False):
   """The caches with each row's tokens[:, :fed_b] written from position 0: one forward
-  over the shortest bucket that holds the longest row (`base.bucketed_prefill`)."""
-  zeros = jnp.zeros((tokens.shape[0],), jnp.int32)
+  over the shortest bucket that holds the longest row (`base.bucketed_prefill`).
+  With `features`, (caches, features [B, S, d]): the bucket's features, zeros past
+  it (positions past every row's prompt, never read)."""
+  batch, length = tokens.shape
+  zeros = jnp.zeros((batch,), jnp.int32)
 
   def feed(prefix, caches):
-    return _extend(cfg, params, prefix, zeros, caches, logits=False, packed=packed)[1]
+    _, caches, *rest = _extend(cfg, params, prefix, zeros, caches, logits=False,
+                               packed=packed, features=features)
+    if not features:
+      return caches
+    pad = length - prefix.shape[1]
+    return caches, jnp.pad(rest[0], ((0, 0), (0, pad), (0, 0)))
 
-  return base.bucketed_prefill(feed, tokens, jnp.max(fed), caches)
+  if not features:
+    return base.bucketed_prefill(feed, tokens, jnp.max(fed), caches)
+  # The branches return the features too: start from zeros of their shape.
+  hidden = jnp.zeros((batch, length, cfg.hidden_size), cfg.dtype)
+  return base.bucketed_prefill(lambda prefix, carry: feed(prefix, carry[0]), tokens,
+                               jnp.max(fed), (caches, hidden))
 
 
 def decode_matrices(cfg: LlamaConfig, params: Any) -> dict[str, tuple[Array, bool]]:
@@ -910,15 +924,17 @@ class Llama:
       # row's length, so they are stale: masked, then overwritten by `extend`.
       self._check_params()
       fed = jnp.asarray(inputs)[:, :-1]
-      if features or length - 1 <= base.PREFILL_BUCKET:
+      # One path with or without features: the same forward, on the same bucket.
+      if length - 1 <= base.PREFILL_BUCKET:
         _, caches, *rest = _extend(self.config, self.params, fed,
                                    jnp.zeros((batch,), jnp.int32), caches, logits=False,
                                    packed=self.packed, features=features)
-        if features:
-          hidden = rest[0]
       else:
-        caches = _prefill(self.config, self.params, fed, prompt_lengths - 1, caches,
-                          self.packed)
+        out = _prefill(self.config, self.params, fed, prompt_lengths - 1, caches,
+                       self.packed, features=features)
+        caches, *rest = out if features else (out,)
+      if features:
+        hidden = rest[0]
     state = LlamaState(caches=caches, lengths=prompt_lengths - 1)
     if not features:
       return state
@@ -929,7 +945,9 @@ class Llama:
   def init_with_features(self, inputs: Array, max_length: int
                          ) -> tuple[LlamaState, Array]:
     """`init`, and the features (normed last hidden states) [B, S - 1, d] of the
-    positions it fed: what a feature draft's `init` reads (`specdec.drafts.eagle`)."""
+    positions it fed: what a feature draft's `init` reads (`specdec.drafts.eagle`).
+    The same bucketed forward as `init` (so the same caches, bit for bit); positions
+    past the bucket, beyond every row's prompt, have zero features."""
     return self.init(inputs, max_length, features=True)
 
   def extend_with_features(self, state: LlamaState, tokens: Array

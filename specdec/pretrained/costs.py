@@ -35,6 +35,10 @@ def step_costs(name: str, draft: str = "draft", batch: int = 1, temperature: flo
   by_temperature = json.loads(path.read_text()).get(draft) if path.exists() else None
   if not by_temperature:
     return None
+  for t, table in by_temperature.items():
+    if not isinstance(table, dict) or not table:
+      raise ValueError(f"{path}: draft {draft!r} at temperature {t} has no batch sizes "
+                       f"(expected {{batch: step costs}}, got {table!r})")
 
   def batch_of(table):  # the largest measured batch size <= batch, else the smallest
     sizes = sorted(int(b) for b in table if int(b) <= batch) or sorted(map(int, table))
