@@ -388,6 +388,15 @@ def as_prompts(rows: Sequence[dict], source: str | None = None) -> list[ChatProm
           for i, r in enumerate(rows)]
 
 
+def held_out_texts() -> list[str]:
+  """Every text no training prompt may hold: the three evaluation sets'
+  (`lm_eval_sets`) and the demo's prompts (`specdec.lm_prompts.DEMO_PROMPTS`)."""
+  from specdec import lm_prompts  # pylint: disable=g-import-not-at-top
+  import lm_eval_sets  # pylint: disable=g-import-not-at-top
+  return ([c for name in lm_eval_sets.SETS for c in lm_eval_sets.contents(name)]
+          + list(lm_prompts.DEMO_PROMPTS))
+
+
 def chat_split(tok, max_prompt_tokens: int, self_dir: str,
                eval_sets: Sequence[str], validation_stride: int = 40, seed: int = 0
                ) -> dict:
@@ -395,7 +404,8 @@ def chat_split(tok, max_prompt_tokens: int, self_dir: str,
   'validation': every `validation_stride`-th templated prompt, 'self': the
   target-written ones on disk in `self_dir`, 'eval_sets': {name: prompts}}; training
   prompts within `max_prompt_tokens` chat ids and free of every evaluation set's
-  text (`training_prompts`), whichever sets are decoded.
+  text or the demo's (`held_out_texts`, `training_prompts`), whichever sets are
+  decoded.
 
   Raises:
     ValueError: naming validation_stride, when below 2.
@@ -404,7 +414,7 @@ def chat_split(tok, max_prompt_tokens: int, self_dir: str,
   import lm_eval_sets  # pylint: disable=g-import-not-at-top
   if validation_stride < 2:
     raise ValueError(f'validation_stride: must be >= 2, got {validation_stride}')
-  evaluation = [c for name in lm_eval_sets.SETS for c in lm_eval_sets.contents(name)]
+  evaluation = held_out_texts()
   rows = training_prompts(evaluation, read_self_prompts(self_dir), seed)
   fits = lambda r: len(lm_prompts.encode(tok, r['content'])) <= max_prompt_tokens
   rows = [r for r in rows if fits(r)]

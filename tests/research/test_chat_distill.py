@@ -59,7 +59,10 @@ def test_an_unknown_set_is_refused_by_name():
 # Training prompts.
 # ------------------------------------------------------------------------------
 def _evaluation():
-  return [c for name in lm_eval_sets.SETS for c in lm_eval_sets.contents(name)]
+  texts = lm_chat_prompts.held_out_texts()
+  assert set(lm_prompts.DEMO_PROMPTS) <= set(texts)
+  assert set(lm_eval_sets.contents("chat")) <= set(texts)
+  return texts
 
 
 def test_no_evaluation_text_is_in_a_training_prompt():
