@@ -526,6 +526,16 @@ PROVENANCE = dict(
     target='HuggingFaceTB/SmolLM2-135M-Instruct, Apache-2.0')
 
 
+def prompts_words(run: Run) -> str:
+  """The card's sentence on the training and evaluation prompts."""
+  if FLAGS.prompt_set == 'chat':
+    return lm_chat_prompts.prompts_words(
+        len(run.train_prompts), len(run.self_prompts), len(run.validation_prompts),
+        {k: len(v) for k, v in run.eval_sets.items()}, FLAGS.max_prompt_tokens)
+  return lm_card.prompts_words(len(run.train_prompts), len(run.eval_prompts),
+                               FLAGS.max_prompt_tokens)
+
+
 def package_stage(run: Run) -> None:
   """The draft in bfloat16 as a transformers directory, the evaluation prompts, and
   pair.json with everything the card says of its training and data."""
@@ -553,7 +563,10 @@ def package_stage(run: Run) -> None:
       if training['embedding_init'] == 'svd' else 'random')
   entry = pretrained.LMS[NAME]
   info = dict(
-      name=NAME, task='chat (summarize, translate, continue, explain, describe)',
+      name=NAME, task=('chat (questions, how-tos, explanations, advice, writing, '
+                       'lists, code, translation, summaries)'
+                       if FLAGS.prompt_set == 'chat' else
+                       'chat (summarize, translate, continue, explain, describe)'),
       seed=FLAGS.seed,
       target=dict(lm=NAME, gguf=entry.filename,
                   wheel=f'{entry.distribution}=={entry.version}', sha256=entry.sha256,
@@ -571,12 +584,11 @@ def package_stage(run: Run) -> None:
           max_prompt_tokens=FLAGS.max_prompt_tokens,
           rounds={r: dict(c, **lm_decodes.round_record(run.summary, int(r)))
                   for r, c in counts.items()},
-          prompts_words=lm_card.prompts_words(len(run.train_prompts),
-                                              len(run.eval_prompts),
-                                              FLAGS.max_prompt_tokens),
+          prompts_words=prompts_words(run),
           decodes_words=lm_card.decodes_words(counts, run.summary,
                                               FLAGS.max_new_tokens)),
-      provenance=PROVENANCE)
+      provenance=(lm_chat_prompts.PROVENANCE if FLAGS.prompt_set == 'chat'
+                  else PROVENANCE))
   old = {}
   if os.path.exists(run.pair_file):
     with open(run.pair_file) as f:

@@ -369,6 +369,33 @@ def training_prompts(evaluation: Sequence[str], self_written: Sequence[str] = ()
   return [p for i, p in enumerate(unique) if i not in bad]
 
 
+# Where --prompt_set=chat's prompts come from, and on what terms (pair.json's
+# "provenance" of a draft trained on them).
+PROVENANCE = dict(
+    templated='instruction templates x topic lists and paragraphs written for specdec '
+              '(scripts/research/lm_chat_prompts.py), under the project licence',
+    self_written='user turns sampled from HuggingFaceTB/SmolLM2-135M-Instruct '
+                 '(Apache-2.0) under its own chat template, de-duplicated and filtered',
+    eval_sets='specdec/data/eval_sets (PROVENANCE.md there): chat prompts written for '
+              'specdec; CNN/DM test articles of the FRANK benchmark (MIT-licensed '
+              'collections; article text (c) CNN / Daily Mail, research use); the '
+              "shipped draft's 64 evaluation prompts",
+    target='HuggingFaceTB/SmolLM2-135M-Instruct, Apache-2.0')
+
+
+def prompts_words(num_templated: int, num_self: int, num_validation: int,
+                  eval_counts: dict[str, int], max_prompt_tokens: int) -> str:
+  """The model card's sentence on --prompt_set=chat's prompts."""
+  sets = ', '.join(f'{name} ({n})' for name, n in eval_counts.items())
+  return (
+      f'{num_templated} templated chat prompts (templates x topics written for '
+      f'specdec over {len(TEMPLATES)} categories: {", ".join(TEMPLATES)}) and '
+      f'{num_self} user turns written by the target itself (sampled under its chat '
+      f'template, de-duplicated); {num_validation} more templated prompts validate; '
+      f'held-out evaluation sets {sets}, none of whose word {NGRAM}-grams is in a '
+      f'training prompt; prompts of at most {max_prompt_tokens} tokens.')
+
+
 @dataclasses.dataclass(frozen=True)
 class ChatPrompt:
   """One user message of the chat distribution, as `lm_decodes` reads prompts."""

@@ -376,15 +376,17 @@ def examples(batches: Sequence[dict[str, np.ndarray]]) -> list[tuple]:
 
 def round_counts(out_dir: str) -> dict[str, dict[str, dict[str, int]]]:
   """{round: {'rows': {temperature: n}, 'tokens': {temperature: n}}} of the
-  training decodes on disk."""
+  training decodes on disk (the target-written prompts' caches, gen_self_t*,
+  included)."""
   out = {}
-  for t, key in (('0', 'train_t0'), ('1', 'train_t1')):
+  for t, key in (('0', 'train_t0'), ('1', 'train_t1'), ('0', 'self_t0'),
+                 ('1', 'self_t1')):
     for d in round_dirs(out_dir, key):
       r = d.rsplit('_r', 1)[1] if '_r' in os.path.basename(d) else '0'
       batches = load_decodes(d)
       c = out.setdefault(r, dict(rows={'0': 0, '1': 0}, tokens={'0': 0, '1': 0}))
-      c['rows'][t] = int(sum(len(b['lengths']) for b in batches))
-      c['tokens'][t] = int(sum(b['lengths'].sum() for b in batches))
+      c['rows'][t] += int(sum(len(b['lengths']) for b in batches))
+      c['tokens'][t] += int(sum(b['lengths'].sum() for b in batches))
   return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
 
 

@@ -233,3 +233,24 @@ def test_the_pipeline_runs_on_a_tiny_target_and_resumes(tmp_path):
     lm_training.train(cfg, target.params, [(e[0], e[1], None) for e in data], data[:4],
                       str(tmp_path / "none"), 0,
                       lm_training.TrainSettings(objective="tv", max_new_tokens=8))
+
+
+def test_round_counts_add_the_target_written_prompts_decodes(tmp_path):
+  def batch(directory, lengths):
+    directory.mkdir(exist_ok=True)
+    n = len(lengths)
+    np.savez(directory / "batch_0000_00.npz", inputs=np.ones((n, 4), np.int32),
+             prompt_lengths=np.full((n,), 4, np.int32),
+             tokens=np.ones((n, 8), np.int32), lengths=np.asarray(lengths, np.int32))
+  batch(tmp_path / "gen_train_t0", [3, 5])
+  batch(tmp_path / "gen_self_t0", [8])
+  batch(tmp_path / "gen_train_t1", [2])
+  counts = lm_decodes.round_counts(str(tmp_path))
+  assert counts == {"0": dict(rows={"0": 3, "1": 1}, tokens={"0": 16, "1": 2})}
+
+
+def test_the_card_sentence_names_the_chat_sources():
+  words = lm_chat_prompts.prompts_words(2600, 100, 33, dict(chat=52, cnndm=50), 200)
+  assert words.startswith("2600 templated chat prompts")
+  assert "100 user turns written by the target itself" in words
+  assert "chat (52), cnndm (50)" in words and "6-grams" in words
