@@ -217,6 +217,24 @@ def train_settings() -> lm_training.TrainSettings:
       for f in dataclasses.fields(lm_training.TrainSettings)})
 
 
+def merge_changes(on_disk: dict[str, Any], loaded: dict[str, Any],
+                  now: dict[str, Any]) -> dict[str, Any]:
+  """`on_disk` with the entries of `now` that differ from `loaded` (what this run
+  read); two levels deep for dicts (e.g. summary['alpha'][label]), so that another
+  process's labels written meanwhile stay."""
+  out = dict(on_disk)
+  for key, value in now.items():
+    if key in loaded and loaded[key] == value:
+      continue
+    if isinstance(value, dict) and isinstance(out.get(key), dict):
+      before = loaded.get(key) if isinstance(loaded.get(key), dict) else {}
+      out[key] = dict(out[key], **{k: v for k, v in value.items()
+                                   if k not in before or before[k] != v})
+    else:
+      out[key] = value
+  return out
+
+
 @dataclasses.dataclass
 class Run:
   """What every stage reads: the target, the prompts, where things are on disk, and
@@ -234,6 +252,8 @@ class Run:
   self_prompts: list[Any] = dataclasses.field(default_factory=list)
   validation_prompts: list[Any] = dataclasses.field(default_factory=list)
   eval_sets: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+  # The summary as read at the start (`save_summary` writes only what changed).
+  loaded_summary: dict[str, Any] | None = None
 
   @property
   def train_root(self) -> str:
@@ -263,7 +283,18 @@ class Run:
     return os.path.join(FLAGS.ship_dir, 'pair.json')
 
   def save_summary(self) -> None:
-    benchmarking.write_json(self.summary_file, self.summary, indent=1)
+    """Writes the summary's top-level entries this run changed over the file as it
+    is now, so that runs of other stages at the same time (one per core) keep
+    theirs."""
+    on_disk = {}
+    if os.path.exists(self.summary_file):
+      with open(self.summary_file) as f:
+        on_disk = json.load(f)
+    on_disk = merge_changes(on_disk, self.loaded_summary or {}, self.summary)
+    benchmarking.write_json(self.summary_file, on_disk, indent=1)
+    self.loaded_summary = json.loads(json.dumps(on_disk))
+    self.summary.clear()
+    self.summary.update(json.loads(json.dumps(on_disk)))
 
   def batch1_inputs(self) -> jax.Array:
     return lm_evaluation.batch1_inputs(self.target, self.tok, self.eval_prompts[0])
@@ -718,7 +749,8 @@ def main(argv):
             eval_prompts=eval_prompts, dirs=dirs, summary=summary, cfg=cfg,
             self_prompts=chat.get('self', []),
             validation_prompts=chat.get('validation', []),
-            eval_sets=chat.get('eval_sets', {}))
+            eval_sets=chat.get('eval_sets', {}),
+            loaded_summary=json.loads(json.dumps(summary)))
   # In STAGES' order whatever the order of --stages: each reads what the one before
   # it wrote.
   for stage in STAGES:

@@ -254,3 +254,17 @@ def test_the_card_sentence_names_the_chat_sources():
   assert words.startswith("2600 templated chat prompts")
   assert "100 user turns written by the target itself" in words
   assert "chat (52), cnndm (50)" in words and "6-grams" in words
+
+
+def test_summaries_of_stages_run_at_once_keep_each_others_entries():
+  import distill_lm
+  loaded = dict(alpha=dict(shipped=dict(chat_t0=0.3)), rounds={"0": 1})
+  # Another process added alpha['kd'] and 'soft_minutes' meanwhile.
+  on_disk = dict(alpha=dict(shipped=dict(chat_t0=0.3), kd=dict(chat_t0=0.5)),
+                 rounds={"0": 1}, soft_minutes=3.0)
+  now = dict(alpha=dict(shipped=dict(chat_t0=0.3), tv=dict(chat_t0=0.6)),
+             rounds={"0": 1})
+  merged = distill_lm.merge_changes(on_disk, loaded, now)
+  assert merged == dict(alpha=dict(shipped=dict(chat_t0=0.3), kd=dict(chat_t0=0.5),
+                                   tv=dict(chat_t0=0.6)),
+                        rounds={"0": 1}, soft_minutes=3.0)
