@@ -126,6 +126,8 @@ def define_flags() -> None:
   flags.DEFINE_integer('self_batch', 32, '`self_prompts`: user turns per shard.')
   flags.DEFINE_integer('self_max_tokens', 48, '`self_prompts`: tokens per user turn at '
                        'most (turns cut there are dropped).')
+  flags.DEFINE_list('alpha_keys', [], '`alpha`: only these decode caches (e.g. '
+                    'chat_t0,chat_t1; empty: every one on disk, validation included).')
   flags.DEFINE_string('train_name', '', 'If set, `train`, `alpha` and `package` use '
                       'out_dir/runs/<name> (one per objective or shape).')
   flags.DEFINE_enum('objective', defaults.objective, list(lm_training.OBJECTIVES),
@@ -488,7 +490,9 @@ def alpha_dirs(run: Run) -> dict[str, tuple[str, Any]]:
   else:
     out = dict(eval_t0=(run.dirs['eval_t0'], GREEDY),
                eval_t1=(run.dirs['eval_t1'], SAMPLED))
-  return {k: v for k, v in out.items() if glob.glob(os.path.join(v[0], 'batch_*.npz'))}
+  return {k: v for k, v in out.items()
+          if glob.glob(os.path.join(v[0], 'batch_*.npz'))
+          and (not FLAGS.alpha_keys or k in FLAGS.alpha_keys)}
 
 
 def alpha_stage(run: Run) -> None:
