@@ -7,12 +7,29 @@
 Sequence-level distillation (Kim & Rush 2016) for speculative decoding: the draft
 learns what the target says, which is what the acceptance rate alpha rewards.
 
+    python scripts/research/distill_lm.py --prompt_set=chat --out_dir=out/distill_chat \
+        --stages=self_prompts,generate,soft --max_new_tokens=64
+    python scripts/research/distill_lm.py --prompt_set=chat --out_dir=out/distill_chat \
+        --stages=train,alpha --objective=tv --train_name=tv --shortlist=8192 \
+        --draft_config=smollm2_draft_8k
+
+Two prompt sets (--prompt_set): `shipped`, the instructions over newstest, CNN/DM and
+Multi30k text of `specdec.data.lm_prompts` (held-out texts for evaluation); `chat`, a
+broad chat distribution (`lm_chat_prompts`: templates x topics written for it, and
+user turns the target writes itself), validated on every 40th templated prompt and
+evaluated on the three held-out sets of `lm_eval_sets` (generic chat, CNN/DM
+summaries, the shipped draft's 64 evaluation prompts).
+
 Stages (each resumable from the caches in --out_dir; rerun the same command):
 
 * `time`: one draft `extend` of one token (t_q) for candidate shapes (--candidates,
   random weights: time does not depend on them) against the target's (t_p1) and the
   target's gamma + 1 chunk, at batch 1; prints c = t_q / t_p1 and the predicted
   speed-up E[tokens] / (gamma c + v) over a grid of alphas, to choose the shape.
+* `self_prompts` (--prompt_set=chat): the target writes user messages by sampling the
+  user turn of its own chat template (`lm_decodes.sample_user_turns`), --self_batches
+  shards in out_dir/self_prompts; `generate` decodes the usable ones
+  (`lm_chat_prompts.read_self_prompts`, de-duplicated) as a second pool.
 * `generate`: the target decodes chat prompts of shipped text (`specdec.data.lm_prompts`)
   with `specdec.autoregressive_sample` in batches (ragged prompts right-padded with
   its pad_id, padded to a multiple of 32 so that few shapes compile): --num_greedy
@@ -24,6 +41,11 @@ Stages (each resumable from the caches in --out_dir; rerun the same command):
   cross-entropy on the response tokens only, AdamW with warm-up and cosine decay,
   gradient clipping; validation loss on the evaluation prompts' decodes; resumable
   checkpoints.
+  With --objective (`lm_training.OBJECTIVES`): sequence-level ('sequence'),
+  token-level against the top-k soft targets ('kd'), or 1 - alpha, the acceptance
+  rate's complement ('tv'); --train_name keeps each run in out_dir/runs/<name>.
+* `alpha`: the trained draft's (and once the shipped draft's) teacher-forced alpha
+  along the target's decodes of each evaluation set, into summary.json's "alpha".
 * `package`: the draft in bfloat16 as a transformers `LlamaForCausalLM` directory
   (`specdec.io.save_hf_llama`), the evaluation prompts, pair.json.
 * `evaluate`: the shipped (bfloat16) draft, loaded as `pretrained.load_pair` loads it:
@@ -61,23 +83,26 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from specdec import pretrained, theory
 from specdec.bench.cli import write_json
 from specdec.costs import step_costs
-from specdec.io.hf import save_hf_llama
-from specdec import pretrained, theory
 from specdec.data import lm_prompts
 from specdec.drafts import lookup, shortlist
+from specdec.io.hf import save_hf_llama
 from specdec.models import llama
 
 import lm_card
+import lm_chat_prompts
 import lm_decodes
+import lm_eval_sets
 import lm_evaluation
 import lm_training
 from common import config_json, log
 from lm_decodes import GREEDY, NAME, SAMPLED
 from lm_evaluation import corpus_alpha
 
-STAGES = ('time', 'generate', 'soft', 'train', 'package', 'evaluate', 'lookup', 'card')
+STAGES = ('time', 'self_prompts', 'generate', 'soft', 'train', 'alpha', 'package',
+          'evaluate', 'lookup', 'card')
 FLAGS = flags.FLAGS
 
 
@@ -90,6 +115,28 @@ def define_flags() -> None:
                       'Where `package` writes the shipped pair.')
   flags.DEFINE_list('stages', ['generate', 'train', 'package', 'evaluate'],
                     f'Of {list(STAGES)}, run in this order.')
+  flags.DEFINE_enum('prompt_set', 'shipped', ['shipped', 'chat'],
+                    "Training prompts: `specdec.data.lm_prompts`' instructions over shipped "
+                    "text, or the broad chat distribution of `lm_chat_prompts`.")
+  flags.DEFINE_list('eval_sets', list(lm_eval_sets.SETS),
+                    f'--prompt_set=chat: the held-out sets of {list(lm_eval_sets.SETS)} '
+                    'that `generate` decodes (chat at temperatures 0 and 1, the others '
+                    'at 0) and `alpha` measures.')
+  flags.DEFINE_integer('validation_stride', 40, '--prompt_set=chat: every N-th '
+                       'templated prompt validates instead of training.')
+  flags.DEFINE_integer('self_batches', 8, '`self_prompts`: shards of sampled user '
+                       'turns (in total: a rerun adds the missing ones).')
+  flags.DEFINE_integer('self_batch', 32, '`self_prompts`: user turns per shard.')
+  flags.DEFINE_integer('self_max_tokens', 48, '`self_prompts`: tokens per user turn at '
+                       'most (turns cut there are dropped).')
+  flags.DEFINE_list('alpha_keys', [], '`alpha`: only these decode caches (e.g. '
+                    'chat_t0,chat_t1; empty: every one on disk, validation included).')
+  flags.DEFINE_string('train_name', '', 'If set, `train`, `alpha` and `package` use '
+                      'out_dir/runs/<name> (one per objective or shape).')
+  flags.DEFINE_enum('objective', defaults.objective, list(lm_training.OBJECTIVES),
+                    "The training loss (`lm_training.OBJECTIVES`): 'sequence' "
+                    "(cross-entropy on the target's tokens), 'kd' (+ cross-entropy "
+                    "against its top-k probabilities), 'tv' (+ 1 - alpha).")
   flags.DEFINE_integer('max_prompt_tokens', 200,
                        'Prompt ids at most, chat template included.')
   flags.DEFINE_integer('num_eval', lm_prompts.EVAL_PROMPTS, 'Held-out evaluation prompts.')
@@ -175,6 +222,24 @@ def train_settings() -> lm_training.TrainSettings:
       for f in dataclasses.fields(lm_training.TrainSettings)})
 
 
+def merge_changes(on_disk: dict[str, Any], loaded: dict[str, Any],
+                  now: dict[str, Any]) -> dict[str, Any]:
+  """`on_disk` with the entries of `now` that differ from `loaded` (what this run
+  read); two levels deep for dicts (e.g. summary['alpha'][label]), so that another
+  process's labels written meanwhile stay."""
+  out = dict(on_disk)
+  for key, value in now.items():
+    if key in loaded and loaded[key] == value:
+      continue
+    if isinstance(value, dict) and isinstance(out.get(key), dict):
+      before = loaded.get(key) if isinstance(loaded.get(key), dict) else {}
+      out[key] = dict(out[key], **{k: v for k, v in value.items()
+                                   if k not in before or before[k] != v})
+    else:
+      out[key] = value
+  return out
+
+
 @dataclasses.dataclass
 class Run:
   """What every stage reads: the target, the prompts, where things are on disk, and
@@ -187,6 +252,20 @@ class Run:
   dirs: dict[str, str]  # gen_* caches: train_t0, train_t1 (this round), eval_t0, eval_t1
   summary: dict[str, Any]
   cfg: llama.LlamaConfig  # the draft's
+  # --prompt_set=chat: target-written training prompts (a second pool), validation
+  # prompts, and the held-out evaluation sets by name.
+  self_prompts: list[Any] = dataclasses.field(default_factory=list)
+  validation_prompts: list[Any] = dataclasses.field(default_factory=list)
+  eval_sets: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+  # The summary as read at the start (`save_summary` writes only what changed).
+  loaded_summary: dict[str, Any] | None = None
+
+  @property
+  def train_root(self) -> str:
+    """Where `train` keeps its run: out_dir, or out_dir/runs/<--train_name>."""
+    if FLAGS.train_name:
+      return os.path.join(FLAGS.out_dir, 'runs', FLAGS.train_name)
+    return FLAGS.out_dir
 
   @property
   def out_dir(self) -> str:
@@ -198,7 +277,7 @@ class Run:
 
   @property
   def shortlist_file(self) -> str:
-    return os.path.join(FLAGS.out_dir, 'train', 'shortlist.json')
+    return os.path.join(self.train_root, 'train', 'shortlist.json')
 
   @property
   def draft_dir(self) -> str:
@@ -209,7 +288,18 @@ class Run:
     return os.path.join(FLAGS.ship_dir, 'pair.json')
 
   def save_summary(self) -> None:
-    write_json(self.summary_file, self.summary, indent=1)
+    """Writes the summary's top-level entries this run changed over the file as it
+    is now, so that runs of other stages at the same time (one per core) keep
+    theirs."""
+    on_disk = {}
+    if os.path.exists(self.summary_file):
+      with open(self.summary_file) as f:
+        on_disk = json.load(f)
+    on_disk = merge_changes(on_disk, self.loaded_summary or {}, self.summary)
+    write_json(self.summary_file, on_disk, indent=1)
+    self.loaded_summary = json.loads(json.dumps(on_disk))
+    self.summary.clear()
+    self.summary.update(json.loads(json.dumps(on_disk)))
 
   def batch1_inputs(self) -> jax.Array:
     return lm_evaluation.batch1_inputs(self.target, self.tok, self.eval_prompts[0])
@@ -225,12 +315,55 @@ def time_stage(run: Run) -> None:
   run.save_summary()
 
 
+def eval_dir(out_dir: str, name: str, temperature: int) -> str:
+  """The cache of the target's decodes of evaluation set `name` (--prompt_set=chat)."""
+  return os.path.join(out_dir, f'gen_eval_{name}_t{temperature}')
+
+
+def eval_temperatures(name: str) -> tuple[int, ...]:
+  """The chat set is measured at temperatures 0 and 1, the others at 0 (the goals)."""
+  return (0, 1) if name == 'chat' else (0,)
+
+
+def self_prompts_stage(run: Run) -> None:
+  if FLAGS.prompt_set != 'chat':
+    raise ValueError('stages: self_prompts needs --prompt_set=chat')
+  started = time.perf_counter()
+  prefix = lm_chat_prompts.user_turn_prefix(run.tok)
+  done = lm_decodes.sample_user_turns(
+      run.target, run.tok, prefix, os.path.join(run.out_dir, 'self_prompts'),
+      FLAGS.self_batches, FLAGS.self_batch, FLAGS.self_max_tokens, FLAGS.seed + 2000)
+  seconds = time.perf_counter() - started
+  usable = lm_chat_prompts.read_self_prompts(os.path.join(run.out_dir, 'self_prompts'))
+  record = run.summary.setdefault('self_prompts', dict(minutes=0.0))
+  record.update(shards=FLAGS.self_batches, batch=FLAGS.self_batch,
+                max_tokens=FLAGS.self_max_tokens, usable=len(usable),
+                unique=len(lm_chat_prompts.dedupe(usable)),
+                minutes=round(record['minutes'] + seconds / 60, 2))
+  log(f'self prompts: {done["rows"]} user turns ({done["tokens"]} tokens) sampled in '
+      f'{seconds:.0f} s; {record["unique"]} unique usable of {record["usable"]}')
+  run.save_summary()
+
+
 def generate_stage(run: Run) -> None:
   started = time.perf_counter()
-  for key, temperature in (('eval_t0', 0.0), ('eval_t1', 1.0)):
-    lm_decodes.generate_window(run.target, run.tok, run.eval_prompts, run.dirs[key], 0,
-                               temperature, FLAGS.eval_batch, FLAGS.max_new_tokens,
-                               FLAGS.seed + 1000)
+  if FLAGS.prompt_set == 'chat':
+    # The generic chat set first (the alpha that matters), then validation, then the
+    # other held-out sets.
+    jobs = [(run.eval_sets['chat'], eval_dir(run.out_dir, 'chat', t), t)
+            for t in eval_temperatures('chat') if 'chat' in run.eval_sets]
+    jobs += [(run.validation_prompts, run.dirs[f'val_t{t}'], t) for t in (0, 1)]
+    jobs += [(prompts, eval_dir(run.out_dir, name, t), t)
+             for name, prompts in run.eval_sets.items() if name != 'chat'
+             for t in eval_temperatures(name)]
+  else:
+    jobs = [(run.eval_prompts, run.dirs['eval_t0'], 0),
+            (run.eval_prompts, run.dirs['eval_t1'], 1)]
+  for prompts, directory, temperature in jobs:
+    tokens = lm_decodes.generate_window(run.target, run.tok, prompts, directory, 0,
+                                        float(temperature), FLAGS.eval_batch,
+                                        FLAGS.max_new_tokens, FLAGS.seed + 1000)
+    log(f'{directory}: {tokens} new tokens; {time.perf_counter() - started:.0f} s')
   log(f'evaluation decodes done in {time.perf_counter() - started:.0f} s')
   data_round = FLAGS.data_round
   # Even and odd positions: each temperature's prompts do not depend on the other's
@@ -245,6 +378,14 @@ def generate_stage(run: Run) -> None:
               if FLAGS.generate_backend == 'transformers_bf16' else None)
   pools = {k: v for k, v in (('train_t0', greedy_prompts),
                              ('train_t1', sampled_prompts)) if v}
+  if run.self_prompts:
+    # The target-written prompts: a pool of their own (caches gen_self_t*), split
+    # by parity as the others.
+    self_greedy, self_sampled = lm_decodes.round_pools(
+        run.self_prompts, data_round, dict(greedy=0, sampled=0), FLAGS.num_greedy,
+        FLAGS.num_sampled)
+    pools.update({k: v for k, v in (('self_t0', self_greedy),
+                                    ('self_t1', self_sampled)) if v})
   lm_decodes.generate_training(run.target, run.tok, pools, run.dirs, FLAGS.window,
                                FLAGS.gen_batch, FLAGS.max_new_tokens,
                                FLAGS.seed + 1009 * data_round, FLAGS.generate_minutes,
@@ -268,10 +409,10 @@ def soft_stage(run: Run) -> None:
   run.summary['soft_backend'] = FLAGS.generate_backend
   # Training batches round by round, in window order, both temperatures in turn (as
   # generated).
-  rounds = itertools.zip_longest(lm_decodes.round_dirs(run.out_dir, 'train_t0'),
-                                 lm_decodes.round_dirs(run.out_dir, 'train_t1'))
-  for t0_dir, t1_dir in rounds:
-    round_of = [d for d in (t0_dir, t1_dir) if d]
+  rounds = itertools.zip_longest(
+      *(lm_decodes.round_dirs(run.out_dir, key) for key in TRAINING_KEYS))
+  for dirs_of_round in rounds:
+    round_of = [d for d in dirs_of_round if d]
     names = sorted({os.path.basename(f) for d in round_of
                     for f in glob.glob(os.path.join(d, 'batch_*.npz'))
                     if '.tmp.' not in f})
@@ -288,11 +429,12 @@ def soft_stage(run: Run) -> None:
 
 
 def train_stage(run: Run) -> None:
-  data = [e for key in ('train_t0', 'train_t1')
+  data = [e for key in TRAINING_KEYS
           for d in lm_decodes.round_dirs(run.out_dir, key)
           for e in lm_decodes.examples(lm_decodes.load_decodes(d))]
-  validation = (lm_decodes.examples(lm_decodes.load_decodes(run.dirs['eval_t0']))
-                + lm_decodes.examples(lm_decodes.load_decodes(run.dirs['eval_t1'])))
+  held = ('val_t0', 'val_t1') if FLAGS.prompt_set == 'chat' else ('eval_t0', 'eval_t1')
+  validation = [e for key in held
+                for e in lm_decodes.examples(lm_decodes.load_decodes(run.dirs[key]))]
   log(f'training on {len(data)} sequences ({sum(len(e[1]) for e in data)} response '
       f'tokens), validating on {len(validation)}')
   pad_id, ids = run.target.pad_id, None
@@ -308,12 +450,69 @@ def train_stage(run: Run) -> None:
     data = lm_training.map_examples(data, index)
     validation = lm_training.map_examples(validation, index)
     pad_id = int(index[run.target.pad_id])
-  run.summary['training'] = lm_training.train(run.cfg, run.target.params, data,
-                                              validation, run.out_dir, pad_id,
-                                              train_settings(), ids)
+  training = lm_training.train(run.cfg, run.target.params, data, validation,
+                               run.train_root, pad_id, train_settings(), ids)
   if FLAGS.init_from:
-    run.summary['training']['warm_start'] = lm_training.warm_start_record(
-        FLAGS.init_from)
+    training['warm_start'] = lm_training.warm_start_record(FLAGS.init_from)
+  if FLAGS.train_name:
+    run.summary.setdefault('runs', {})[FLAGS.train_name] = dict(
+        training, draft_config=FLAGS.draft_config, shortlist=FLAGS.shortlist)
+  else:
+    run.summary['training'] = training
+  run.save_summary()
+
+
+# The training decodes' caches: the prompts of --prompt_set, and (chat) the
+# target-written ones.
+TRAINING_KEYS = ('train_t0', 'train_t1', 'self_t0', 'self_t1')
+
+
+def trained_draft(run: Run):
+  """The draft of train_root/train/params.msgpack as `pretrained.load_lm_draft`
+  would load it after `package` (float32; a `Shortlist` where --shortlist), without
+  the bfloat16 rounding of packaging."""
+  with open(os.path.join(run.train_root, 'train', 'params.msgpack'), 'rb') as f:
+    params = flax.serialization.msgpack_restore(f.read())
+  inner = llama.Llama(dataclasses.replace(run.cfg, dtype=jnp.float32),
+                      jax.device_put(jax.tree.map(jnp.asarray, params)))
+  if not FLAGS.shortlist:
+    return inner.replace(pad_id=run.tok.pad_id)
+  with open(run.shortlist_file) as f:
+    ids = json.load(f)['ids']
+  return shortlist.Shortlist.create(inner, ids, run.target.vocab_size,
+                                    pad_id=run.tok.pad_id)
+
+
+def alpha_dirs(run: Run) -> dict[str, tuple[str, Any]]:
+  """{label: (decode cache, sampling)} of every held-out decode cache on disk."""
+  if FLAGS.prompt_set == 'chat':
+    out = {f'{name}_t{t}': (eval_dir(run.out_dir, name, t), SAMPLED if t else GREEDY)
+           for name in FLAGS.eval_sets for t in eval_temperatures(name)}
+    out.update(validation_t0=(run.dirs['val_t0'], GREEDY),
+               validation_t1=(run.dirs['val_t1'], SAMPLED))
+  else:
+    out = dict(eval_t0=(run.dirs['eval_t0'], GREEDY),
+               eval_t1=(run.dirs['eval_t1'], SAMPLED))
+  return {k: v for k, v in out.items()
+          if glob.glob(os.path.join(v[0], 'batch_*.npz'))
+          and (not FLAGS.alpha_keys or k in FLAGS.alpha_keys)}
+
+
+def alpha_stage(run: Run) -> None:
+  """Teacher-forced alpha (the paper's E[beta], Section 3.1) of the trained draft,
+  and once of the shipped one, along the target's decodes of each held-out set."""
+  record = run.summary.setdefault('alpha', {})
+  drafts = {}
+  if 'shipped' not in record:
+    drafts['shipped'] = lm_evaluation.shipped_draft(
+        str(pretrained.lm_draft_path(NAME)), run.target, run.tok)
+  if os.path.exists(os.path.join(run.train_root, 'train', 'params.msgpack')):
+    drafts[FLAGS.train_name or 'train'] = trained_draft(run)
+  for label, draft in drafts.items():
+    record[label] = {key: corpus_alpha(run.target, draft,
+                                       lm_decodes.load_decodes(directory), sampling)
+                     for key, (directory, sampling) in alpha_dirs(run).items()}
+    log(f'alpha of {label}: {json.dumps(record[label])}')
   run.save_summary()
 
 
@@ -365,10 +564,20 @@ PROVENANCE = dict(
     target='HuggingFaceTB/SmolLM2-135M-Instruct, Apache-2.0')
 
 
+def prompts_words(run: Run) -> str:
+  """The card's sentence on the training and evaluation prompts."""
+  if FLAGS.prompt_set == 'chat':
+    return lm_chat_prompts.prompts_words(
+        len(run.train_prompts), len(run.self_prompts), len(run.validation_prompts),
+        {k: len(v) for k, v in run.eval_sets.items()}, FLAGS.max_prompt_tokens)
+  return lm_card.prompts_words(len(run.train_prompts), len(run.eval_prompts),
+                               FLAGS.max_prompt_tokens)
+
+
 def package_stage(run: Run) -> None:
   """The draft in bfloat16 as a transformers directory, the evaluation prompts, and
   pair.json with everything the card says of its training and data."""
-  with open(os.path.join(run.out_dir, 'train', 'params.msgpack'), 'rb') as f:
+  with open(os.path.join(run.train_root, 'train', 'params.msgpack'), 'rb') as f:
     params = flax.serialization.msgpack_restore(f.read())
   params = jax.tree.map(lambda x: np.asarray(x).astype(jnp.bfloat16), params)
   save_hf_llama(run.draft_dir, dataclasses.replace(run.cfg,
@@ -393,7 +602,10 @@ def package_stage(run: Run) -> None:
   entry = pretrained.LMS[NAME]
   info = dict(
       name=NAME, family='lm',
-      task='chat (summarize, translate, continue, explain, describe)',
+      task=('chat (questions, how-tos, explanations, advice, writing, '
+            'lists, code, translation, summaries)'
+            if FLAGS.prompt_set == 'chat' else
+            'chat (summarize, translate, continue, explain, describe)'),
       seed=FLAGS.seed,
       target=dict(lm=NAME, gguf=entry.filename,
                   wheel=f'{entry.distribution}=={entry.version}', sha256=entry.sha256,
@@ -411,12 +623,11 @@ def package_stage(run: Run) -> None:
           max_prompt_tokens=FLAGS.max_prompt_tokens,
           rounds={r: dict(c, **lm_decodes.round_record(run.summary, int(r)))
                   for r, c in counts.items()},
-          prompts_words=lm_card.prompts_words(len(run.train_prompts),
-                                              len(run.eval_prompts),
-                                              FLAGS.max_prompt_tokens),
+          prompts_words=prompts_words(run),
           decodes_words=lm_card.decodes_words(counts, run.summary,
                                               FLAGS.max_new_tokens)),
-      provenance=PROVENANCE)
+      provenance=(lm_chat_prompts.PROVENANCE if FLAGS.prompt_set == 'chat'
+                  else PROVENANCE))
   old = {}
   if os.path.exists(run.pair_file):
     with open(run.pair_file) as f:
@@ -498,8 +709,9 @@ def card_stage(run: Run) -> None:
   log(f'card rewritten; best gamma {info["best_gamma"]}')
 
 
-STAGE_FUNCTIONS = dict(time=time_stage, generate=generate_stage, soft=soft_stage,
-                       train=train_stage, package=package_stage,
+STAGE_FUNCTIONS = dict(time=time_stage, self_prompts=self_prompts_stage,
+                       generate=generate_stage, soft=soft_stage, train=train_stage,
+                       alpha=alpha_stage, package=package_stage,
                        evaluate=evaluate_stage, lookup=lookup_stage, card=card_stage)
 
 
@@ -510,14 +722,29 @@ def main(argv):
       raise ValueError(f'stages: unknown stage {stage!r}; have {list(STAGES)}')
   os.makedirs(FLAGS.out_dir, exist_ok=True)
   target, tok = pretrained.load_lm(NAME)
-  train_prompts, eval_prompts = lm_decodes.prompt_split(tok, FLAGS.max_prompt_tokens,
-                                                        FLAGS.num_eval)
-  log(f'{len(train_prompts)} training prompts available, {len(eval_prompts)} held out')
   out_dir, data_round = FLAGS.out_dir, FLAGS.data_round
-  dirs = dict(train_t0=lm_decodes.round_dir(out_dir, 'train_t0', data_round),
-              train_t1=lm_decodes.round_dir(out_dir, 'train_t1', data_round),
-              eval_t0=os.path.join(out_dir, 'gen_eval_t0'),
-              eval_t1=os.path.join(out_dir, 'gen_eval_t1'))
+  chat = {}
+  if FLAGS.prompt_set == 'chat':
+    chat = lm_chat_prompts.chat_split(
+        tok, FLAGS.max_prompt_tokens, os.path.join(out_dir, 'self_prompts'),
+        FLAGS.eval_sets, FLAGS.validation_stride, FLAGS.seed)
+    train_prompts, eval_prompts = chat['train'], chat['eval_sets'].get('chat', [])
+    log(f"{len(train_prompts)} templated and {len(chat['self'])} target-written "
+        f"training prompts, {len(chat['validation'])} validation prompts; evaluation "
+        f"sets {({k: len(v) for k, v in chat['eval_sets'].items()})}")
+  else:
+    train_prompts, eval_prompts = lm_decodes.prompt_split(tok, FLAGS.max_prompt_tokens,
+                                                          FLAGS.num_eval)
+    log(f'{len(train_prompts)} training prompts available, {len(eval_prompts)} held '
+        'out')
+  dirs = {key: lm_decodes.round_dir(out_dir, key, data_round) for key in TRAINING_KEYS}
+  dirs.update(val_t0=os.path.join(out_dir, 'gen_val_t0'),
+              val_t1=os.path.join(out_dir, 'gen_val_t1'))
+  if FLAGS.prompt_set == 'chat':
+    dirs.update(eval_t0=eval_dir(out_dir, 'chat', 0), eval_t1=eval_dir(out_dir, 'chat', 1))
+  else:
+    dirs.update(eval_t0=os.path.join(out_dir, 'gen_eval_t0'),
+                eval_t1=os.path.join(out_dir, 'gen_eval_t1'))
   summary = {}
   if os.path.exists(os.path.join(out_dir, 'summary.json')):
     with open(os.path.join(out_dir, 'summary.json')) as f:
@@ -527,7 +754,11 @@ def main(argv):
   if FLAGS.shortlist:
     cfg = dataclasses.replace(cfg, vocab_size=FLAGS.shortlist + 1)
   run = Run(target=target, tok=tok, train_prompts=train_prompts,
-            eval_prompts=eval_prompts, dirs=dirs, summary=summary, cfg=cfg)
+            eval_prompts=eval_prompts, dirs=dirs, summary=summary, cfg=cfg,
+            self_prompts=chat.get('self', []),
+            validation_prompts=chat.get('validation', []),
+            eval_sets=chat.get('eval_sets', {}),
+            loaded_summary=json.loads(json.dumps(summary)))
   # In STAGES' order whatever the order of --stages: each reads what the one before
   # it wrote.
   for stage in STAGES:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import json
 import os
 import time
 from typing import Any, Sequence
@@ -247,6 +248,37 @@ def generate_training(target, tok, pools: dict[str, Sequence[lm_prompts.Prompt]]
         return
 
 
+def sample_user_turns(target, tok, prefix: Sequence[int], directory: str,
+                      batches: int, batch: int, max_tokens: int, seed: int,
+                      deadline: float = float('inf')) -> dict[str, int]:
+  """User messages the target writes itself: `batches` decodes of `batch` rows of the
+  chat template's ids up to the user's text (`prefix`,
+  `lm_chat_prompts.user_turn_prefix`), sampled at temperature 1 until the turn ends
+  (the tokenizer's EOS) or `max_tokens`; one directory/self_NNNN.jsonl shard per
+  batch ({"text", "ended"} a row), shards already there skipped (a rerun resumes),
+  none started past `deadline` (perf_counter). Returns rows and tokens decoded now."""
+  os.makedirs(directory, exist_ok=True)
+  inputs = jnp.asarray(np.tile(np.asarray(prefix, np.int32)[None], (batch, 1)))
+  done = dict(rows=0, tokens=0)
+  for number in range(batches):
+    path = os.path.join(directory, f'self_{number:04d}.jsonl')
+    if os.path.exists(path) or time.perf_counter() > deadline:
+      continue
+    out = specdec.autoregressive_sample(
+        target, inputs, jax.random.fold_in(jax.random.key(seed), number),
+        max_new_tokens=max_tokens, sampling=SAMPLED, eos_id=tok.eos_id)
+    tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+    with open(path + '.tmp', 'w', encoding='utf-8') as f:
+      for row, n in zip(tokens, lengths):
+        ended = bool(n > 0 and row[n - 1] == tok.eos_id)
+        text = tok.decode([int(t) for t in row[:n - 1 if ended else n]])
+        f.write(json.dumps(dict(text=text, ended=ended), ensure_ascii=False) + '\n')
+    os.replace(path + '.tmp', path)
+    done['rows'] += batch
+    done['tokens'] += int(lengths.sum())
+  return done
+
+
 def load_decodes(directory: str) -> list[dict[str, np.ndarray]]:
   """The cached batches of `generate`, in order, each with its soft targets
   (`soft_log_probs`, `soft_ids`) when the `soft` stage has computed them."""
@@ -345,15 +377,17 @@ def examples(batches: Sequence[dict[str, np.ndarray]]) -> list[tuple]:
 
 def round_counts(out_dir: str) -> dict[str, dict[str, dict[str, int]]]:
   """{round: {'rows': {temperature: n}, 'tokens': {temperature: n}}} of the
-  training decodes on disk."""
+  training decodes on disk (the target-written prompts' caches, gen_self_t*,
+  included)."""
   out = {}
-  for t, key in (('0', 'train_t0'), ('1', 'train_t1')):
+  for t, key in (('0', 'train_t0'), ('1', 'train_t1'), ('0', 'self_t0'),
+                 ('1', 'self_t1')):
     for d in round_dirs(out_dir, key):
       r = d.rsplit('_r', 1)[1] if '_r' in os.path.basename(d) else '0'
       batches = load_decodes(d)
       c = out.setdefault(r, dict(rows={'0': 0, '1': 0}, tokens={'0': 0, '1': 0}))
-      c['rows'][t] = int(sum(len(b['lengths']) for b in batches))
-      c['tokens'][t] = int(sum(b['lengths'].sum() for b in batches))
+      c['rows'][t] += int(sum(len(b['lengths']) for b in batches))
+      c['tokens'][t] += int(sum(b['lengths'].sum() for b in batches))
   return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
 
 

@@ -4,7 +4,8 @@ validation loss.
 
 The draft learns prompt + response sequences, cross-entropy on the response tokens
 only (the prompt is context), optionally mixed with cross-entropy against the target's
-top-k probabilities (`lm_decodes`' soft targets); AdamW with warm-up and cosine decay,
+top-k probabilities (`lm_decodes`' soft targets), or with a loss that is the acceptance
+rate's complement (`OBJECTIVES`); AdamW with warm-up and cosine decay,
 gradient clipping; validation on the held-out prompts' decodes, early stopping after
 `patience` validations above the best.
 """
@@ -33,6 +34,17 @@ from common import log
 # Training sequences are padded to a multiple of this.
 SEQUENCE_BUCKET = 64
 
+# What the draft learns from the target's decodes (`TrainSettings.objective`):
+# * 'sequence': cross-entropy on the target's tokens alone (sequence-level
+#   distillation, Kim & Rush 2016), soft targets ignored;
+# * 'kd': (1 - soft_weight) of it + soft_weight cross-entropy against the target's
+#   top-k probabilities (token-level distillation, Hinton et al. 2015);
+# * 'tv': (1 - soft_weight) of the first + soft_weight (1 - alpha), alpha = sum_x
+#   min(p(x), q(x)) = 1 - TV(p, q) the acceptance rate of one draft token
+#   (Leviathan et al. 2023, Corollary 3.6), over the target's top-k and the rest of
+#   the vocabulary as one bucket (`top_k_acceptance`).
+OBJECTIVES = ('sequence', 'kd', 'tv')
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainSettings:
@@ -46,7 +58,8 @@ class TrainSettings:
   weight_decay: float = 0.01      # AdamW
   embedding_init: str = 'svd'     # 'svd' (the target's principal directions) or 'random'
   top_k: int = 32                 # soft targets kept per position
-  soft_weight: float = 0.5        # weight of the soft-target cross-entropy
+  soft_weight: float = 0.5        # weight of the soft-target term (kd, tv)
+  objective: str = 'kd'           # one of OBJECTIVES
   eval_every: int = 100           # steps between validations
   patience: int = 2               # validations above the best before stopping (0: never)
   checkpoint_every: int = 50      # steps between checkpoints
@@ -57,6 +70,10 @@ class TrainSettings:
   def __post_init__(self):
     if self.embedding_init not in ('svd', 'random'):
       raise ValueError(f"embedding_init: 'svd' or 'random', got {self.embedding_init!r}")
+    if self.objective not in OBJECTIVES:
+      raise ValueError(f'objective: one of {OBJECTIVES}, got {self.objective!r}')
+    if not 0.0 <= self.soft_weight <= 1.0:
+      raise ValueError(f'soft_weight: must be in [0, 1], got {self.soft_weight}')
     for name in ('batch_size', 'eval_every', 'checkpoint_every', 'max_new_tokens'):
       if getattr(self, name) < 1:
         raise ValueError(f'{name}: must be >= 1, got {getattr(self, name)}')
@@ -175,18 +192,54 @@ def response_logits(cfg: llama.LlamaConfig, params: Any, tokens: jax.Array,
                                   cfg.dtype)
 
 
+def top_k_acceptance(log_q: jax.Array, soft_log_probs: jax.Array,
+                     soft_ids: jax.Array, listed: int | None = None) -> jax.Array:
+  """alpha = sum_x min(p(x), q(x)) per position (Leviathan et al. 2023, Corollary
+  3.6: alpha = 1 - TV(p, q)), with p known on the target's top-k ids only: those ids
+  count one by one, every other token as one bucket (mass 1 - sum of the top-k, in p
+  and in q). Merging tokens can only raise sum min, so this bounds the true alpha
+  from above, and equals it where the top-k hold all of p's mass.
+
+  Args:
+    log_q: float32 [..., V] the draft's log-probabilities.
+    soft_log_probs: [..., k] the target's top-k log-probabilities.
+    soft_ids: int32 [..., k] their ids in the draft's vocabulary.
+    listed: with a shortlist draft, its list size: ids >= it (the draft's OTHER id,
+      where off-list tokens map) join the bucket instead of counting one by one.
+  Returns:
+    float32 [...], alpha in [0, 1].
+  """
+  p = jnp.exp(soft_log_probs.astype(jnp.float32))
+  q = jnp.exp(jnp.take_along_axis(log_q, soft_ids, axis=-1))
+  if listed is not None:
+    on = (soft_ids < listed).astype(jnp.float32)
+    p, q = p * on, q * on
+  p_rest = jnp.clip(1.0 - jnp.sum(p, axis=-1), 0.0, 1.0)
+  q_rest = jnp.clip(1.0 - jnp.sum(q, axis=-1), 0.0, 1.0)
+  return jnp.sum(jnp.minimum(p, q), axis=-1) + jnp.minimum(p_rest, q_rest)
+
+
 def distill_loss(cfg: llama.LlamaConfig, params: Any, batch: dict[str, jax.Array],
-                 soft_weight: float) -> jax.Array:
-  """(1 - w) cross-entropy on the target's tokens + w cross-entropy against the
-  target's top-k probabilities (on rows that have them; hard only elsewhere), per
-  response token."""
+                 soft_weight: float, objective: str = 'kd',
+                 listed: int | None = None) -> jax.Array:
+  """(1 - w) cross-entropy on the target's tokens + w times the soft term (on rows
+  that have soft targets; hard only elsewhere), per response token. The soft term:
+  cross-entropy against the target's top-k probabilities ('kd'), or 1 - alpha
+  (`top_k_acceptance`, 'tv'); `listed` as there."""
   logits = response_logits(cfg, params, batch['tokens'], batch['starts'],
                            batch['labels'].shape[1])
-  log_q = jax.nn.log_softmax(logits, axis=-1)
+  log_q = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
   mask = batch['mask']
   hard = -jnp.take_along_axis(log_q, batch['labels'][..., None], axis=-1)[..., 0]
-  p = jnp.exp(batch['soft_log_probs'].astype(jnp.float32))
-  soft = -jnp.sum(p * jnp.take_along_axis(log_q, batch['soft_ids'], axis=-1), axis=-1)
+  if objective == 'tv':
+    soft = 1.0 - top_k_acceptance(log_q, batch['soft_log_probs'], batch['soft_ids'],
+                                  listed)
+  elif objective == 'kd':
+    p = jnp.exp(batch['soft_log_probs'].astype(jnp.float32))
+    soft = -jnp.sum(p * jnp.take_along_axis(log_q, batch['soft_ids'], axis=-1),
+                    axis=-1)
+  else:
+    raise ValueError(f"objective: 'kd' or 'tv' with soft targets, got {objective!r}")
   w = soft_weight * batch['has_soft'][:, None]
   per_token = (1 - w) * hard + w * soft
   return jnp.sum(per_token * mask) / jnp.maximum(jnp.sum(mask), 1.0)
@@ -278,12 +331,15 @@ def optimizer(steps: int, learning_rate: float, warmup: int, weight_decay: float
                      optax.adamw(schedule, b1=0.9, b2=0.98, weight_decay=weight_decay))
 
 
-def make_step(cfg: llama.LlamaConfig, tx, soft_weight: float, top_k: int):
+def make_step(cfg: llama.LlamaConfig, tx, soft_weight: float, top_k: int,
+              objective: str = 'kd', listed: int | None = None):
+  """One jit-compiled AdamW step of `objective`'s loss (plain cross-entropy where
+  `top_k` is 0: no soft targets, or 'sequence')."""
   @jax.jit
   def step(params, opt_state, batch):
     def loss_fn(p):
       if top_k:
-        return distill_loss(cfg, p, batch, soft_weight)
+        return distill_loss(cfg, p, batch, soft_weight, objective, listed)
       return response_loss(cfg, p, batch['tokens'], batch['starts'], batch['labels'],
                            batch['mask'])[0]
     loss, grads = jax.value_and_grad(loss_fn)(params)
@@ -310,13 +366,13 @@ def validation_loss(cfg, params, data, response_length: int, pad_id: int,
 
 
 def steps_for_minutes(cfg, params, data, pad_id: int, top_k: int,
-                      s: TrainSettings) -> int:
+                      s: TrainSettings, listed: int | None = None) -> int:
   """Training steps that fit `minutes`, from the time of a few steps on typical
   batches (after compilation; a tenth of the budget kept for compilations of other
   widths and validation). The steps' results are discarded."""
   minutes = s.train_minutes
   tx = optimizer(100, s.learning_rate, s.warmup_steps, s.weight_decay)
-  step_fn = make_step(cfg, tx, s.soft_weight, top_k)
+  step_fn = make_step(cfg, tx, s.soft_weight, top_k, s.objective, listed)
   batches = training_batches(data, s.batch_size, s.seed + 1, 0, s.max_new_tokens,
                              pad_id, top_k)
   batch = next(batches)
@@ -349,9 +405,14 @@ def train(cfg, target_params, data, validation, out_dir: str, pad_id: int,
   state_file = os.path.join(directory, 'state.msgpack')
   history_file = os.path.join(directory, 'history.json')
   response_length = s.max_new_tokens
-  top_k = s.top_k if any(e[2] is not None for e in data) else 0
+  has_soft = any(e[2] is not None for e in data)
+  if s.objective == 'tv' and not has_soft:
+    raise ValueError("objective: 'tv' needs soft targets (the `soft` stage); none of "
+                     'the training data has them')
+  top_k = s.top_k if has_soft and s.objective != 'sequence' else 0
+  listed = None if ids is None else len(ids)
   log(f'{sum(e[2] is not None for e in data)} of {len(data)} sequences have soft '
-      f'targets; top_k {top_k}, soft weight {s.soft_weight}')
+      f'targets; objective {s.objective}, top_k {top_k}, soft weight {s.soft_weight}')
   if s.init_from:
     params = warm_start_params(s.init_from, cfg)
     log(f'parameters from {s.init_from}')
@@ -364,7 +425,7 @@ def train(cfg, target_params, data, validation, out_dir: str, pad_id: int,
     with open(steps_file) as f:
       steps = json.load(f)['steps']
   elif s.train_minutes > 0:
-    steps = steps_for_minutes(cfg, params, data, pad_id, top_k, s)
+    steps = steps_for_minutes(cfg, params, data, pad_id, top_k, s, listed)
   with open(steps_file, 'w') as f:
     json.dump(dict(steps=steps), f)
   planned_steps = steps
@@ -381,7 +442,7 @@ def train(cfg, target_params, data, validation, out_dir: str, pad_id: int,
   params, opt_state = state['params'], state['opt_state']
   first = int(state['step'])
   seconds = float(state['seconds'])
-  step_fn = make_step(cfg, tx, s.soft_weight, top_k)
+  step_fn = make_step(cfg, tx, s.soft_weight, top_k, s.objective, listed)
   batches = training_batches(data, s.batch_size, s.seed, first, response_length,
                              pad_id, top_k)
   if first == 0:
@@ -455,7 +516,7 @@ def finish_training(directory: str, history: Sequence[dict[str, Any]],
               stopped_at=history[-1]['step'], batch_size=s.batch_size,
               learning_rate=s.learning_rate,
               warmup_steps=s.warmup_steps, weight_decay=s.weight_decay,
-              embedding_init=s.embedding_init,
+              embedding_init=s.embedding_init, objective=s.objective,
               soft_targets=dict(sequences=sum(e[2] is not None for e in data),
                                 top_k=top_k, weight=s.soft_weight if top_k else 0.0),
               sequences=len(data), response_tokens=sum(len(e[1]) for e in data),
