@@ -258,34 +258,63 @@ def test_the_cache_directory_follows_the_environment(tmp_path):
     assert compile_cache.cache_dir({**home, "SPECDEC_CACHE_DIR": off}) is None
 
 
-def _sampler_command(tmp_path, **env):
-  """`python -m specdec.bench sampler` (tiny) in a fresh process, with `env` on top
-  of a home and XDG cache directory inside tmp_path."""
+def _run(tmp_path, args, **env):
+  """`python args...` in a fresh process from the checkout's root, with `env` on top
+  of a home and an XDG cache directory inside tmp_path."""
   environ = {k: v for k, v in os.environ.items()
              if k not in ("SPECDEC_CACHE_DIR", "XDG_CACHE_HOME",
                           "JAX_COMPILATION_CACHE_DIR")}
   environ.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "xdg"),
                  **env)
-  proc = subprocess.run(
-      [sys.executable, "-m", "specdec.bench", "sampler", "--vocab=16", "--gammas=1",
-       "--max-new-tokens=4", "--repeats=1", "--temperatures=0", "--out="],
-      capture_output=True, text=True, timeout=300, env=environ,
-      cwd=pathlib.Path(bench_demo.__file__).resolve().parents[2])
+  proc = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                        timeout=600, env=environ,
+                        cwd=pathlib.Path(bench_demo.__file__).resolve().parents[2])
   assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# What the command line does first, then one compilation.
+_CONFIGURE_AND_COMPILE = (
+    "from specdec.bench import compile_cache; print(compile_cache.configure()); "
+    "import jax, jax.numpy as jnp; "
+    "jax.block_until_ready(jax.jit(lambda x: x * 2 + 1)(jnp.arange(3.0)))")
 
 
 def _files(path):
   return [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
 
 
-def test_the_command_line_caches_compiled_programs_where_the_environment_says(tmp_path):
-  _sampler_command(tmp_path)  # the default: $XDG_CACHE_HOME/specdec
+def test_compiled_programs_are_cached_where_the_environment_says(tmp_path):
+  _run(tmp_path, ["-c", _CONFIGURE_AND_COMPILE])  # the default: $XDG_CACHE_HOME/specdec
   assert _files(tmp_path / "xdg" / "specdec")
   moved = tmp_path / "moved"
-  _sampler_command(tmp_path, SPECDEC_CACHE_DIR=str(moved))
+  _run(tmp_path, ["-c", _CONFIGURE_AND_COMPILE], SPECDEC_CACHE_DIR=str(moved))
   assert _files(moved)
+  assert not (tmp_path / "home").exists()
 
 
-def test_the_command_line_writes_no_cache_when_it_is_off(tmp_path):
-  _sampler_command(tmp_path, SPECDEC_CACHE_DIR="off")
-  assert not (tmp_path / "xdg").exists() and not (tmp_path / "home").exists()
+def test_no_cache_is_written_when_it_is_off(tmp_path):
+  for off in ("off", "0"):
+    _run(tmp_path, ["-c", _CONFIGURE_AND_COMPILE], SPECDEC_CACHE_DIR=off)
+  assert not _files(tmp_path)
+
+
+def test_the_command_line_configures_the_cache_first(monkeypatch):
+  """`python -m specdec.bench` turns the cache on (or off) before any subcommand runs;
+  `main` called from Python leaves JAX's settings alone."""
+  import runpy  # pylint: disable=g-import-not-at-top
+  calls = []
+  monkeypatch.setattr(compile_cache, "configure", lambda: calls.append("configure"))
+  monkeypatch.setattr(sys, "argv", ["specdec.bench", "demo", "--help"])
+  with pytest.raises(SystemExit):
+    runpy.run_module("specdec.bench", run_name="__main__", alter_sys=False)
+  assert calls == ["configure"]
+
+
+@pytest.mark.slow
+def test_the_command_line_caches_compiled_programs_only_when_on(tmp_path):
+  command = ["-m", "specdec.bench", "sampler", "--vocab=16", "--gammas=1",
+             "--max-new-tokens=4", "--repeats=1", "--temperatures=0", "--out="]
+  _run(tmp_path / "off", command, SPECDEC_CACHE_DIR="off")
+  assert not _files(tmp_path / "off")
+  _run(tmp_path / "on", command)
+  assert _files(tmp_path / "on" / "xdg" / "specdec")

@@ -78,19 +78,20 @@ class Config:
                          "rounds: the README's results table.")
   tasks: tuple[str, ...] = cli.field(TASKS, f"Tasks to run, of {', '.join(TASKS)}.")
   temperatures: tuple[float, ...] | None = cli.field(
-      None, "Sampling temperatures (default: 0,1; --quick: 0).")
-  num_sentences: int | None = cli.field(None, "EnDe: Multi30k test sentences "
-                                        "(default 8; --quick 2, --full 64).")
-  num_articles: int | None = cli.field(None, "CNN/DM: held-out test articles "
-                                       "(default 3; --quick 1, --full 7).")
-  num_prompts: int | None = cli.field(None, "Chat: demo prompts (default 4; --quick 2, "
-                                      "--full 8).")
+      None, "Sampling temperatures; none: the preset's, 0,1 (--quick: 0).")
+  num_sentences: int | None = cli.field(None, "EnDe: Multi30k test sentences; "
+                                        "none: the preset's, 8 (--quick 2, --full 64).")
+  num_articles: int | None = cli.field(None, "CNN/DM: held-out test articles; "
+                                       "none: the preset's, 3 (--quick 1, --full 7).")
+  num_prompts: int | None = cli.field(None, "Chat: demo prompts; none: the preset's, "
+                                      "4 (--quick 2, --full 8).")
   lm_max_new_tokens: int | None = cli.field(None, "CNN/DM and Chat: tokens generated "
-                                            "at most (default 48; --full 96).")
-  max_new_tokens: int | None = cli.field(None, "EnDe: tokens generated at most "
-                                         "(default 40).")
+                                            "at most; none: the preset's, 48 (--full "
+                                            "96).")
+  max_new_tokens: int | None = cli.field(None, "EnDe: tokens generated at most; "
+                                         "none: the preset's, 40.")
   repeats: int | None = cli.field(None, "Timed rounds of each decode, the minimum "
-                                  "counts (default 1; --full 3).")
+                                  "counts; none: the preset's, 1 (--full 3).")
   lm_draft: str = cli.field("draft+lookup", "SmolLM2's draft: 'draft' (distilled) or "
                             "'draft+lookup' (mixed with a context n-gram proposal).")
   draft: str = cli.field("best", "EnDe's draft: a shipped draft ('draft', "
@@ -307,7 +308,8 @@ def _pooled(outputs) -> Any:
 
 
 def _identical(base_out: list, spec_out: list) -> bool:
-  return all(bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out))
+  return all(bool(jnp.array_equal(b.tokens, s.tokens))
+             for b, s in zip(base_out, spec_out))
 
 
 def _nonfinite(outputs: list) -> int:
@@ -486,7 +488,8 @@ def format_table(result: dict[str, Any]) -> str:
     same = ("-" if "identical_to_baseline" not in r
             else "yes" if r["identical_to_baseline"] else "NO")
     rows.append([
-        TASK_NAMES.get(r["task"], r["task"]), r["draft"], report.temp_key(r["temperature"]),
+        TASK_NAMES.get(r["task"], r["task"]), r["draft"],
+        report.temp_key(r["temperature"]),
         f"{r['alpha']:.2f}", f"{r['c']:.3f}", f"{r['v']:.2f}", str(r["gamma"]),
         _ratio(r["speedup"], r["predicted_speedup"]), chosen or "-",
         _ratio(r["auto_speedup"], r["auto_predicted_speedup"]), same])
