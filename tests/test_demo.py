@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from specdec import adaptive, data, lm_prompts, pretrained
+from specdec import _cache, adaptive, data, lm_prompts, pretrained
 from specdec.bench import compile_cache, demo_prompts
 from specdec.bench import demo as bench_demo
 from specdec.models import llama, t5
@@ -246,16 +246,29 @@ def test_the_demo_runs_the_shipped_pairs():
 # ------------------------------------------------------------------------------
 def test_the_cache_directory_follows_the_environment(tmp_path):
   home = {"HOME": str(tmp_path)}
-  assert compile_cache.cache_dir(home) == tmp_path / ".cache" / "specdec"
+  assert compile_cache.cache_dir(home) == tmp_path / ".cache" / "specdec" / "jax"
   assert compile_cache.cache_dir({**home, "XDG_CACHE_HOME": "/x/c"}) == (
-      pathlib.Path("/x/c/specdec"))
+      pathlib.Path("/x/c/specdec/jax"))
   # A relative XDG_CACHE_HOME is ignored (the XDG spec), so nothing lands in the cwd.
   assert compile_cache.cache_dir({**home, "XDG_CACHE_HOME": "rel"}) == (
-      tmp_path / ".cache" / "specdec")
+      tmp_path / ".cache" / "specdec" / "jax")
   assert compile_cache.cache_dir({**home, "SPECDEC_CACHE_DIR": "/y"}) == (
-      pathlib.Path("/y"))
+      pathlib.Path("/y/jax"))
   for off in ("", "0", "off", "OFF", "false", "none"):
-    assert compile_cache.cache_dir({**home, "SPECDEC_CACHE_DIR": off}) is None
+    env = {**home, "SPECDEC_CACHE_DIR": off}
+    assert compile_cache.cache_dir(env) is None and _cache.cache_root(env) is None
+
+
+def test_the_cpu_kernel_is_cached_in_a_temporary_folder_when_caching_is_off(
+    monkeypatch, tmp_path):
+  """The kernel's library shares specdec's cache; with caching off it is built in a
+  temporary folder, not in a folder named after the setting ("off") in the cwd."""
+  from specdec.backends import cpu  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "c"))
+  assert cpu.cache_dir() == tmp_path / "c"
+  monkeypatch.setenv("SPECDEC_CACHE_DIR", "off")
+  assert cpu.cache_dir().is_absolute() and cpu.cache_dir().name.startswith("specdec-")
+  assert cpu.cache_dir() == cpu.cache_dir()
 
 
 def _run(tmp_path, args, **env):
@@ -284,11 +297,11 @@ def _files(path):
 
 
 def test_compiled_programs_are_cached_where_the_environment_says(tmp_path):
-  _run(tmp_path, ["-c", _CONFIGURE_AND_COMPILE])  # the default: $XDG_CACHE_HOME/specdec
-  assert _files(tmp_path / "xdg" / "specdec")
+  _run(tmp_path, ["-c", _CONFIGURE_AND_COMPILE])  # $XDG_CACHE_HOME/specdec/jax
+  assert _files(tmp_path / "xdg" / "specdec" / "jax")
   moved = tmp_path / "moved"
   _run(tmp_path, ["-c", _CONFIGURE_AND_COMPILE], SPECDEC_CACHE_DIR=str(moved))
-  assert _files(moved)
+  assert _files(moved / "jax")
   assert not (tmp_path / "home").exists()
 
 
@@ -317,4 +330,4 @@ def test_the_command_line_caches_compiled_programs_only_when_on(tmp_path):
   _run(tmp_path / "off", command, SPECDEC_CACHE_DIR="off")
   assert not _files(tmp_path / "off")
   _run(tmp_path / "on", command)
-  assert _files(tmp_path / "on" / "xdg" / "specdec")
+  assert _files(tmp_path / "on" / "xdg" / "specdec" / "jax")

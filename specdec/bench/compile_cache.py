@@ -2,12 +2,13 @@
 
 Compiling a decode loop costs seconds to tens of seconds on a CPU, and every run of a
 benchmark compiles the same programs again. The command line keeps the compiled
-programs on disk, per user, so that a second run reads them back:
+programs on disk, per user, in the `jax` folder of specdec's cache (`specdec._cache`,
+beside the CPU kernel's library), so that a second run reads them back:
 
-* by default in `$XDG_CACHE_HOME/specdec` (`~/.cache/specdec` when XDG_CACHE_HOME is
-  unset), never inside the checkout;
-* `SPECDEC_CACHE_DIR=/some/dir` puts it there instead;
-* `SPECDEC_CACHE_DIR=0` (or `off`, `false`, `no`, `none`, or empty) turns it off.
+* by default `$XDG_CACHE_HOME/specdec/jax` (`~/.cache/specdec/jax` when
+  XDG_CACHE_HOME is unset), never inside the checkout;
+* `SPECDEC_CACHE_DIR=/some/dir` puts it in `/some/dir/jax` instead;
+* `SPECDEC_CACHE_DIR=off` (or `0`, `false`, `no`, `none`, or empty) turns it off.
 
 Only the entry points call `configure`; importing `specdec` changes no JAX setting.
 Timings are unaffected: every benchmark times programs already compiled.
@@ -15,30 +16,21 @@ Timings are unaffected: every benchmark times programs already compiled.
 
 from __future__ import annotations
 
-import os
 import pathlib
 from typing import Mapping
 
 import jax
 
-ENV_VAR = "SPECDEC_CACHE_DIR"
-OFF_VALUES = ("", "0", "off", "false", "no", "none")
+from specdec import _cache
+
+ENV_VAR = _cache.ENV_VAR
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> pathlib.Path | None:
   """The directory `configure` uses under `environ` (default `os.environ`), or None
-  when SPECDEC_CACHE_DIR turns the cache off."""
-  environ = os.environ if environ is None else environ
-  if ENV_VAR in environ:
-    value = environ[ENV_VAR].strip()
-    if value.lower() in OFF_VALUES:
-      return None
-    return pathlib.Path(value).expanduser().absolute()
-  base = environ.get("XDG_CACHE_HOME", "").strip()
-  # The XDG spec ignores a relative XDG_CACHE_HOME.
-  root = (pathlib.Path(base) if base and os.path.isabs(base)
-          else pathlib.Path(environ.get("HOME") or pathlib.Path.home()) / ".cache")
-  return root / "specdec"
+  when SPECDEC_CACHE_DIR turns caching off."""
+  root = _cache.cache_root(environ)
+  return None if root is None else root / "jax"
 
 
 def configure(environ: Mapping[str, str] | None = None) -> pathlib.Path | None:
