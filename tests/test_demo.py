@@ -134,6 +134,8 @@ def test_the_demo_runs_all_three_tasks_on_tiny_models(monkeypatch):
                    (bench_demo.LM_PAIR, 0.0, 1, "draft"),
                    (bench_demo.LM_PAIR, 0.0, 1, "draft")]
   assert result["settings"]["cnndm_articles"] == list(demo_prompts.CNNDM_ARTICLES[:2])
+  # Both decoder-only tasks' prompts padded to one length: one compile per decoder.
+  assert result["settings"]["lm_prompt_length"] == 64
   assert [len(result["examples"][t]) for t in bench_demo.TASKS] == [2, 2, 2]
   assert result["examples"]["ende"][0]["reference"] == "Ein Hund rennt."
   assert result["examples"]["cnndm"][0]["source"].startswith(demo_prompts.SUMMARIZE)

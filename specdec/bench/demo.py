@@ -452,6 +452,8 @@ def run(config: Config) -> dict[str, Any]:
                    decode=total - load_s - compile_s, total=total),
       settings=dict(s, tasks=list(config.tasks), lm_draft=config.lm_draft,
                     cnndm_articles=list(demo_prompts.CNNDM_ARTICLES[:s["num_articles"]]),
+                    lm_prompt_length=next((int(t.inputs[0].shape[1]) for t in tasks
+                                           if t.pair == LM_PAIR), None),
                     backend=jax.devices()[0].platform,
                     compilation_cache=compile_cache.current()))
   if config.plot:
@@ -512,6 +514,8 @@ def _footnote(result: dict[str, Any]) -> str:
                       f"Instruct, {s['lm_max_new_tokens']} new tokens at most",
                 chat=f"{row['inputs']} demo prompts, SmolLM2-135M-Instruct, "
                      f"{s['lm_max_new_tokens']} new tokens at most")[name]
+    if name != "ende" and s.get("lm_prompt_length"):
+      what += f", prompts right-padded to {s['lm_prompt_length']} tokens"
     tasks.append(f"{name}: {what}")
   cache = s["compilation_cache"] or "off (SPECDEC_CACHE_DIR)"
   return "\n".join([
