@@ -24,8 +24,8 @@ SUBCOMMANDS = {
                    "generation on the same pair and CPU"),
     "adaptive": ("specdec.bench.adaptive", "baseline, each fixed gamma and AutoGamma side "
                  "by side, per pair, temperature and batch size"),
-    "demo": ("specdec.bench.demo", "the demo's rows: the shipped pairs, baseline vs "
-             "speculative, and sample outputs"),
+    "demo": ("specdec.bench.demo", "the paper's Table 2 in shape: EnDe, CNN/DM and Chat "
+             "on the shipped pairs, fixed gamma and AutoGamma against the baseline"),
     "sampler": ("specdec.bench.sampler", "the sampler's own per-iteration cost with "
                 "nearly free lookup-table models"),
 }

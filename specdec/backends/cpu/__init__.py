@@ -36,7 +36,8 @@ float32, such as the shipped drafts) pack into bfloat16 (`pack(w, jnp.bfloat16)`
 the same float32 value, so the products are the float32 kernel's, bit for bit. Models
 make the packed copy once (`specdec.models.llama.pack_params`). The library is
 compiled from the shipped source with the machine's C++ compiler on first use (a few
-seconds; cached under `$SPECDEC_CACHE_DIR`, by default `~/.cache/specdec`); without a
+seconds; cached in specdec's cache, `$SPECDEC_CACHE_DIR` or by default
+`$XDG_CACHE_HOME/specdec` or `~/.cache/specdec`, see `cache_dir`); without a
 compiler the products fall back to XLA with one warning. `SPECDEC_CPU_KERNELS=0`
 turns the kernel off for programs traced afterwards.
 
@@ -67,6 +68,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from specdec import _cache
+
 Array = jax.Array
 
 _HERE = pathlib.Path(__file__).resolve().parent
@@ -87,10 +90,17 @@ TILE = 32
 _FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
 
 
+@functools.cache
+def _temporary_dir() -> pathlib.Path:
+  return pathlib.Path(tempfile.mkdtemp(prefix="specdec-"))
+
+
 def cache_dir() -> pathlib.Path:
-  """Where the compiled library is kept: $SPECDEC_CACHE_DIR or ~/.cache/specdec."""
-  return pathlib.Path(os.environ.get("SPECDEC_CACHE_DIR")
-                      or pathlib.Path.home() / ".cache" / "specdec")
+  """Where the compiled library is kept: specdec's cache (`specdec._cache`:
+  $SPECDEC_CACHE_DIR, else $XDG_CACHE_HOME/specdec or ~/.cache/specdec), or a
+  temporary directory of this process where SPECDEC_CACHE_DIR turns caching off."""
+  root = _cache.cache_root()
+  return _temporary_dir() if root is None else root
 
 
 def _compiler() -> str | None:
