@@ -18,6 +18,8 @@ import types
 import typing
 from typing import Any
 
+from specdec import _optional
+
 
 def field(default: Any, help: str) -> Any:  # pylint: disable=redefined-builtin
   """A Config field with its default and its one-line help."""
@@ -84,6 +86,11 @@ def check_positive(config: Any, *names: str) -> None:
     values = value if isinstance(value, tuple) else (value,)
     if not values or any(v < 1 for v in values):
       raise ValueError(f"{name} must be >= 1, got {value!r}")
+
+
+def progress_bar(**kwargs: Any) -> Any:
+  """A tqdm progress bar (the command line's; tqdm comes with specdec[bench])."""
+  return _optional.require("tqdm", "bench", purpose="the progress bar").tqdm(**kwargs)
 
 
 def write_json(path: str, value: Any, indent: int = 2) -> None:

@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import adaptive, lm_prompts, pretrained, theory
+from specdec import _optional, adaptive, lm_prompts, pretrained, theory
 from specdec.bench import adaptive as bench_adaptive
 from specdec.bench import cli, measure, report
 from specdec.data import EOS_ID, TRANSLATE_PREFIX
@@ -119,8 +119,7 @@ def run_t5(pair: str, num_sentences: int, gamma: int | None, max_new_tokens: int
   inputs = encode_inputs(vocab, [en for en, _ in sentences], input_length)
   bar = None
   if progress:
-    from tqdm import tqdm  # Only for the command line.
-    bar = tqdm(total=4, desc="decoding", unit="run")
+    bar = cli.progress_bar(total=4, desc="decoding", unit="run")
   rows, examples = [], []
   key = jax.random.key(seed)
   drafts = {}
@@ -262,8 +261,7 @@ def run_lm(pair: str, num_prompts: int, gamma: int | None, max_new_tokens: int,
   inputs = lm_inputs(tok, prompts, target.pad_id)
   bar = None
   if progress:
-    from tqdm import tqdm  # Only for the command line.
-    bar = tqdm(total=2, desc=f"decoding {pair}", unit="temperature")
+    bar = cli.progress_bar(total=2, desc=f"decoding {pair}", unit="temperature")
   rows, examples = [], []
   key = jax.random.key(seed)
   for temperature in (0.0, 1.0):
@@ -321,9 +319,9 @@ def format_table(result: dict) -> str:
 
 
 def save_plot(result: dict, path: str) -> None:
-  import matplotlib  # Only when a plot is asked for.
+  matplotlib = _optional.require("matplotlib", "bench", purpose="the plot")
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+  plt = _optional.require("matplotlib.pyplot", "bench", purpose="the plot")
   gammas = np.arange(1, 9)
   fig, ax = plt.subplots(figsize=(6, 4))
   for r in result["rows"]:
