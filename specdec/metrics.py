@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from specdec import _optional
+
 ROUGE_KEYS = ('rouge1', 'rouge2', 'rougeLsum')
 
 
@@ -29,7 +31,7 @@ def _check_pairs(targets: Sequence[str], predictions: Sequence[str]) -> None:
 def bleu(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:
   """{'bleu': corpus BLEU in [0, 100]} with one reference per example (T5's `bleu`)."""
   _check_pairs(targets, predictions)
-  import sacrebleu  # pylint: disable=g-import-not-at-top
+  sacrebleu = _optional.require('sacrebleu', 't5x', 'bench', purpose='BLEU')
   score = sacrebleu.corpus_bleu(list(predictions), [list(targets)], smooth_method='exp',
                                 smooth_value=0.0, force=False, lowercase=False,
                                 tokenize='intl', use_effective_order=False)
@@ -48,7 +50,9 @@ def rouge(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float
   can vary between calls; identical texts always score 100.
   """
   _check_pairs(targets, predictions)
-  from rouge_score import rouge_scorer, scoring  # pylint: disable=g-import-not-at-top
+  rouge_scorer = _optional.require('rouge_score.rouge_scorer', 't5x', 'bench',
+                                   purpose='ROUGE')
+  scoring = _optional.require('rouge_score.scoring', 't5x', 'bench', purpose='ROUGE')
   scorer = rouge_scorer.RougeScorer(rouge_types=list(ROUGE_KEYS))
   aggregator = scoring.BootstrapAggregator()
   for target, prediction in zip(targets, predictions):

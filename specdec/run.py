@@ -34,6 +34,7 @@ import numpy as np
 
 from specdec.io import load_t5x
 from specdec import data
+from specdec import _optional
 from specdec import metrics as metrics_lib
 from specdec import theory
 from specdec.distributions import SamplingConfig
@@ -286,7 +287,7 @@ def write_outputs(output_dir: str | os.PathLike, records: Sequence[Mapping[str, 
   with open(output_dir / METRICS_FILE, 'w', encoding='utf-8') as f:
     json.dump(result, f, indent=2, ensure_ascii=False)
   if 'gin' in sys.modules:
-    import gin  # pylint: disable=g-import-not-at-top
+    gin = _optional.require('gin', 't5x')
     (output_dir / CONFIG_FILE).write_text(gin.operative_config_str(), encoding='utf-8')
 
 
@@ -332,7 +333,7 @@ def parse_args(argv: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
 
 def _check_macros(names: Sequence[str]) -> None:
   """Raises ValueError naming the first macro that is undefined or %gin.REQUIRED."""
-  import gin  # pylint: disable=g-import-not-at-top
+  gin = _optional.require('gin', 't5x', purpose='specdec.run')
   for name in names:
     try:
       value = gin.query_parameter(f'%{name}')
@@ -357,10 +358,7 @@ def __getattr__(name: str) -> Any:
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
-  try:
-    import gin  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ImportError("specdec.run needs gin-config: pip install 'specdec[t5x]'") from e
+  gin = _optional.require('gin', 't5x', purpose='specdec.run')
   files, bindings, paths = parse_args(argv)
   for path in paths:
     gin.add_config_file_search_path(path)

@@ -22,16 +22,14 @@ Needs seqio (`pip install 'specdec[t5x]'`); `import specdec` does not import thi
 
 from __future__ import annotations
 
-try:
-  import seqio
-  import tensorflow as tf
-except ImportError as e:  # seqio brings TensorFlow; both are optional for specdec.
-  raise ImportError(
-      'specdec.tasks registers seqio tasks and needs seqio (which brings TensorFlow): '
-      "pip install 'specdec[t5x]'. The same data without seqio: specdec.data."
-  ) from e
+from specdec import _optional
 
-from specdec import data
+# seqio brings TensorFlow; both are optional for specdec (the same data without seqio:
+# specdec.data).
+seqio = _optional.require('seqio', 't5x', purpose='specdec.tasks (seqio tasks)')
+tf = _optional.require('tensorflow', 't5x', purpose='specdec.tasks (seqio tasks)')
+
+from specdec import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from specdec import metrics
 from specdec import pretrained
 

@@ -19,6 +19,7 @@ import typing
 from typing import Any
 
 from specdec._checks import check_positive_int
+from specdec import _optional
 
 
 def field(default: Any, help: str) -> Any:  # pylint: disable=redefined-builtin
@@ -88,6 +89,11 @@ def check_positive(config: Any, *names: str) -> None:
       raise ValueError(f"{name} must be >= 1, got {value!r}")
     for v in values:
       check_positive_int(name, v)
+
+
+def progress_bar(**kwargs: Any) -> Any:
+  """A tqdm progress bar (the command line's; tqdm comes with specdec[bench])."""
+  return _optional.require("tqdm", "bench", purpose="the progress bar").tqdm(**kwargs)
 
 
 def write_json(path: str, value: Any, indent: int = 2) -> None:

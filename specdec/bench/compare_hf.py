@@ -64,9 +64,8 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import torch
-import transformers
 
+from specdec import _optional
 from specdec import data, pretrained
 from specdec.bench import cli, report
 from specdec.costs import median_seconds
@@ -74,6 +73,10 @@ from specdec.data.lm_prompts import right_pad
 from specdec.io.hf import export_hf, llama_params_to_hf, save_hf
 from specdec.distributions import SamplingConfig
 from specdec.sample import autoregressive_sample, speculative_sample
+
+torch = _optional.require("torch", "hf", purpose="python -m specdec.bench compare-hf")
+transformers = _optional.require("transformers", "hf",
+                                 purpose="python -m specdec.bench compare-hf")
 
 # The decoder-only pair: its target is transformers-loaded from the same GGUF file.
 LM_PAIR = "smollm2_135m_instruct"
@@ -415,8 +418,8 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
   outputs: dict[str, list[list[int]]] = {n: [] for n in names}
   bar = None
   if progress:
-    from tqdm import tqdm  # Only for the command line.
-    bar = tqdm(total=len(prompts) * len(names), desc="decoding", unit="decode")
+    bar = cli.progress_bar(total=len(prompts) * len(names), desc="decoding",
+                           unit="decode")
   # Prompt by prompt, every system in turn: drifts of the machine hit all alike.
   for x in prompts:
     x = np.asarray(x, np.int32).reshape(1, -1)

@@ -361,8 +361,8 @@ class _Bar:
   def __init__(self, total: int, enabled: bool):
     self._bar = None
     if enabled:
-      from tqdm import tqdm  # pylint: disable=g-import-not-at-top  (the bench extra)
-      self._bar = tqdm(total=total, desc="demo", unit="step", dynamic_ncols=True)
+      self._bar = cli.progress_bar(total=total, desc="demo", unit="step",
+                                   dynamic_ncols=True)
 
   def describe(self, text: str) -> None:
     if self._bar is not None:
@@ -552,9 +552,10 @@ def render(result: dict[str, Any]) -> str:
 def save_plot(result: dict[str, Any], path: str) -> None:
   """Predicted speed-up against gamma per row (its alpha, c and v), and the measured
   one at the card's gamma."""
-  import matplotlib  # pylint: disable=g-import-not-at-top  (only when asked for)
+  from specdec import _optional  # pylint: disable=g-import-not-at-top
+  matplotlib = _optional.require("matplotlib", "bench", purpose="the plot")
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = _optional.require("matplotlib.pyplot", "bench", purpose="the plot")
   gammas = np.arange(1, 9)
   fig, ax = plt.subplots(figsize=(6, 4))
   for r in result["rows"]:

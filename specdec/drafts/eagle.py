@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec import _optional
 from specdec.backends import cpu
 from specdec.drafts import shortlist
 from specdec.models import base, llama
@@ -267,7 +268,8 @@ def save(directory: str, params: Any, ids: Sequence[int], dtype: Any = jnp.bfloa
          ) -> None:
   """Writes the trained fc, layer and norm (`head` is the target's, not stored) in
   `dtype` as safetensors, and the head's ids, to `directory`."""
-  from safetensors import flax as safetensors_flax  # pylint: disable=g-import-not-at-top
+  safetensors_flax = _optional.require('safetensors.flax', 'lm',
+                                       purpose='writing a feature draft')
   os.makedirs(directory, exist_ok=True)
   flat = flax.traverse_util.flatten_dict(
       {k: v for k, v in params.items() if k != 'head'}, sep='/')
@@ -280,7 +282,8 @@ def save(directory: str, params: Any, ids: Sequence[int], dtype: Any = jnp.bfloa
 def load(directory: str, target: llama.Llama) -> FeatureDraft:
   """The feature draft `save` wrote, for `target` (float32 weights; its embedding
   and output rows). Raises ValueError naming a missing or malformed file."""
-  from safetensors import flax as safetensors_flax  # pylint: disable=g-import-not-at-top
+  safetensors_flax = _optional.require('safetensors.flax', 'lm',
+                                       purpose='reading a feature draft')
   weights, config = (os.path.join(directory, n) for n in (WEIGHTS_FILE, CONFIG_FILE))
   for path in (weights, config):
     if not os.path.exists(path):

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 import numpy as np
 
+from specdec import _optional
 from specdec.io.hf import llama_config_from_hf, llama_params_from_hf
 from specdec.io._tree import DTypeLike
 
@@ -33,7 +34,7 @@ __all__ = ['ARCHITECTURE', 'INSTALL_HINT', 'GLOBAL_NAMES', 'LAYER_NAMES', 'CONFI
            'hf_name', 'hf_tensors', 'load_gguf', 'load_gguf_reader', 'save_gguf']
 
 ARCHITECTURE = 'llama'
-INSTALL_HINT = "pip install 'specdec[lm]'  (or: pip install gguf)"
+INSTALL_HINT = _optional.install_command('lm')
 
 # GGUF name -> Hugging Face LlamaForCausalLM name. `{i}` is the layer index.
 GLOBAL_NAMES = {
@@ -73,11 +74,7 @@ GGUF_MAGIC = b'GGUF'
 
 
 def _gguf():
-  try:
-    import gguf  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ImportError(f'reading GGUF files needs the `gguf` package: {INSTALL_HINT}') from e
-  return gguf
+  return _optional.require('gguf', 'lm', purpose='reading GGUF files')
 
 
 def open_gguf(path: str | os.PathLike):

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 import numpy as np
 
+from specdec import _optional
 from specdec.io import _tree
 from specdec.io._tree import DTypeLike, Params
 from specdec.io.t5x import check_params, expected_shapes
@@ -190,7 +191,8 @@ def load_hf(path: str | os.PathLike, cfg: t5.T5Config | None = None, *,
     ValueError: a missing key, an unexpected key, or a shape the config does not
       expect (named with both shapes), or tied copies of the embedding that differ.
   """
-  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  safe_open = _optional.require('safetensors', 'checkpoints',
+                                purpose='reading a Hugging Face checkpoint').safe_open
   path = os.fspath(path)
   dtype = _tree.float_dtype(dtype)
   if cfg is None:
@@ -267,7 +269,8 @@ def export_hf(params: Mapping[str, Any], cfg: t5.T5Config) -> dict[str, np.ndarr
 def save_hf(directory: str | os.PathLike, params: Mapping[str, Any],
             cfg: t5.T5Config) -> None:
   """Writes `model.safetensors` and `config.json` for transformers into `directory`."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  save_file = _optional.require('safetensors.numpy', 'checkpoints',
+                                purpose='writing a Hugging Face checkpoint').save_file
   directory = os.fspath(directory)
   os.makedirs(directory, exist_ok=True)
   # transformers loads only files whose metadata says they hold PyTorch tensors.
@@ -484,7 +487,9 @@ def load_hf_llama(path: str | os.PathLike, *, dtype: DTypeLike | None = None
     ValueError: see `llama_config_from_hf` and `llama_params_from_hf`; or a path
       without those files.
   """
-  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  safe_open = _optional.require(
+      'safetensors', 'lm', 'checkpoints',
+      purpose='reading a Hugging Face Llama checkpoint').safe_open
   path = os.fspath(path)
   config_file = os.path.join(path, HF_CONFIG_FILE)
   if not os.path.isfile(config_file):
@@ -507,7 +512,9 @@ def save_hf_llama(path: str | os.PathLike, cfg: llama.LlamaConfig,
                   params: Mapping[str, Any]) -> None:
   """Writes `model.safetensors` and `config.json` that transformers' `LlamaForCausalLM
   .from_pretrained` loads (and `load_hf_llama` reads back) into directory `path`."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  save_file = _optional.require(
+      'safetensors.numpy', 'lm', 'checkpoints',
+      purpose='writing a Hugging Face Llama checkpoint').save_file
   path = os.fspath(path)
   tensors = llama_params_to_hf(params, cfg)
   os.makedirs(path, exist_ok=True)

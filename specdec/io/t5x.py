@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec import _optional
 from specdec.io import _tree
 from specdec.io._tree import DTypeLike, Params
 from specdec.models import t5
@@ -176,7 +177,8 @@ def _legacy_sources(ckpt_file: str) -> dict[str, _ArraySource]:
 
 
 def _orbax_sources(state_dir: str) -> dict[str, _ArraySource]:
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  ocp = _optional.require('orbax.checkpoint', 'checkpoints',
+                          purpose='reading an Orbax T5X checkpoint')
   checkpointer = ocp.PyTreeCheckpointer()
   try:
     metadata = checkpointer.metadata(state_dir).item_metadata.tree

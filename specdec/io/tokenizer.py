@@ -29,13 +29,13 @@ import json
 import os
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
-from specdec import data
+from specdec import _optional, data
 
 __all__ = ['INSTALL_HINT', 'NORMAL', 'UNKNOWN', 'CONTROL', 'USER_DEFINED', 'UNUSED', 'BYTE',
            'LLAMA3_SPLIT', 'PRE_TOKENIZER_SPLITS', 'TOKENIZER_MODEL', 'TextTokenizer',
            'bytes_to_unicode', 'Tokenizer', 'from_gguf', 'T5Tokenizer']
 
-INSTALL_HINT = "pip install 'specdec[lm]'  (or: pip install tokenizers jinja2 gguf)"
+INSTALL_HINT = _optional.install_command('lm')
 
 # llama.cpp's token types (gguf.TokenType).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -77,12 +77,8 @@ class TextTokenizer(Protocol):
 
 
 def _imports():
-  try:
-    import jinja2  # pylint: disable=g-import-not-at-top,unused-import
-    import tokenizers  # pylint: disable=g-import-not-at-top,unused-import
-  except ImportError as e:
-    raise ImportError(f'the GGUF tokenizer needs `tokenizers` and `jinja2`: {INSTALL_HINT}'
-                      ) from e
+  for module in ('tokenizers', 'jinja2'):
+    _optional.require(module, 'lm', purpose='the GGUF tokenizer')
 
 
 @functools.lru_cache(maxsize=None)
@@ -103,8 +99,9 @@ def bytes_to_unicode() -> dict[int, str]:
 @functools.lru_cache(maxsize=16)
 def _compile_template(template: str):
   """The template compiled as transformers' `_compile_jinja_template` does."""
-  import jinja2  # pylint: disable=g-import-not-at-top
-  from jinja2 import ext, sandbox  # pylint: disable=g-import-not-at-top
+  jinja2 = _optional.require('jinja2', 'lm', purpose='a chat template')
+  ext = _optional.require('jinja2.ext', 'lm', purpose='a chat template')
+  sandbox = _optional.require('jinja2.sandbox', 'lm', purpose='a chat template')
 
   def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
@@ -143,10 +140,10 @@ class Tokenizer:
                unk_id: int | None = None, chat_template: str | None = None,
                add_bos: bool = False, add_eos: bool = False, pre: str | None = None):
     _imports()
-    # pylint: disable=g-import-not-at-top
-    import tokenizers
-    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
-    # pylint: enable=g-import-not-at-top
+    tokenizers = _optional.require('tokenizers', 'lm', purpose='the GGUF tokenizer')
+    AddedToken, Regex = tokenizers.AddedToken, tokenizers.Regex  # pylint: disable=C0103
+    decoders, models, pre_tokenizers = (tokenizers.decoders, tokenizers.models,
+                                        tokenizers.pre_tokenizers)
     tokens = list(tokens)
     if not tokens:
       raise ValueError('tokens: the vocabulary is empty')

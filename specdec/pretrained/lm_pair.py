@@ -92,8 +92,9 @@ def load_lm_transformers(name: str = "smollm2_135m_instruct", dtype: str = "floa
   """transformers' `LlamaForCausalLM` from the GGUF file `load_lm` reads, dequantized
   by transformers itself (logits agree with `load_lm`'s within 1e-4 in float32,
   tests/test_pretrained_lm.py), in eval mode; `dtype` names a torch dtype."""
-  import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
+  from specdec._optional import require  # pylint: disable=g-import-not-at-top
+  torch, transformers = (require(m, "hf", purpose="load_lm_transformers")
+                         for m in ("torch", "transformers"))
   path = lm_path(name)
   verbosity = transformers.logging.get_verbosity()
   transformers.logging.set_verbosity_error()
