@@ -9,7 +9,7 @@ neither.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 ROUGE_KEYS = ('rouge1', 'rouge2', 'rougeLsum')
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import flax.struct
 import jax
@@ -45,8 +45,8 @@ class SpeculativeStats:
   beta_count: Array
   rejected: Array
   nonfinite: Array
-  gamma_counts: Optional[Array] = None
-  alpha_trace: Optional[Array] = None
+  gamma_counts: Array | None = None
+  alpha_trace: Array | None = None
   gammas: tuple[int, ...] = flax.struct.field(pytree_node=False, default=())
 
   @property
@@ -100,7 +100,7 @@ class SampleOutput:
   tokens: Array
   lengths: Array
   stats: Any
-  log_probs: Optional[Array] = None
+  log_probs: Array | None = None
 
   @property
   def scores(self) -> Array:

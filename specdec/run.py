@@ -22,20 +22,18 @@ Wall times exclude compilation: the first batch is decoded once before timing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 import json
 import os
 import pathlib
 import sys
 import time
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 import jax
 import numpy as np
 
-from specdec import checkpoints
-from specdec import data
-from specdec import metrics as metrics_lib
-from specdec import theory
+from specdec import checkpoints, data, metrics as metrics_lib, theory
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
 from specdec.sample import autoregressive_sample, speculative_sample
@@ -101,7 +99,7 @@ def _timed(fn, *args, **kwargs):
 
 def example_records(examples: Sequence[Mapping[str, str]], predictions: Sequence[str],
                     stats: Mapping[str, np.ndarray], times: np.ndarray,
-                    baseline: Optional[Mapping[str, Any]] = None) -> list[dict]:
+                    baseline: Mapping[str, Any] | None = None) -> list[dict]:
   """One JSON-ready record per example.
 
   Args:
@@ -137,7 +135,7 @@ def example_records(examples: Sequence[Mapping[str, str]], predictions: Sequence
 def summarize(records: Sequence[Mapping[str, Any]], stats: Mapping[str, np.ndarray],
               metric: str, gamma: int, sampling: SamplingConfig,
               batch_times: Sequence[float],
-              baseline_batch_times: Optional[Sequence[float]]) -> dict[str, Any]:
+              baseline_batch_times: Sequence[float] | None) -> dict[str, Any]:
   """The metrics JSON of a run: the task's scores ('bleu', or 'rouge1', 'rouge2',
   'rougeLsum'), the speculative statistics, and wall times.
 
@@ -178,7 +176,7 @@ def evaluate(*, task: str, task_feature_lengths: Mapping[str, int], batch_size: 
              target_module: Any, draft_module: Any, target_checkpoint_path: str,
              draft_checkpoint_path: str, gamma: int, sampling: SamplingConfig,
              output_dir: str, seed: int = 0, baseline: bool = True,
-             max_examples: Optional[int] = None) -> dict[str, Any]:
+             max_examples: int | None = None) -> dict[str, Any]:
   """Decodes a task with a target/draft pair and writes predictions and metrics.
 
   Args:

@@ -16,14 +16,14 @@ is and moves activations instead, so the parameters are never gathered.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from flax import linen as nn
-from flax import traverse_util
+from flax import linen as nn, traverse_util
 from flax.linen import partitioning as nn_partitioning
 import jax
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import numpy as np
 
 from specdec.models import llama, t5
 

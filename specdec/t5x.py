@@ -45,10 +45,11 @@ when first used and raise an ImportError saying how to install it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 import functools
 import importlib.resources
 import os
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 from flax import traverse_util
 import jax
@@ -57,8 +58,7 @@ import numpy as np
 
 from specdec import checkpoints
 from specdec.distributions import SamplingConfig
-from specdec.models import t5
-from specdec.models import t5x_decoder
+from specdec.models import t5, t5x_decoder
 from specdec.sample import SampleOutput, check_positive_int, speculative_sample
 
 Array = jax.Array
@@ -224,7 +224,7 @@ def _check_shapes(path: Any, found: Mapping[str, Any], want: Mapping[str, Any]) 
 
 def insert_draft_checkpoint(state_dict: Mapping[str, Any],
                             target_state_dict: Mapping[str, Any], *,
-                            is_resuming: bool = False, path: Optional[str] = None,
+                            is_resuming: bool = False, path: str | None = None,
                             dtype: Any = None) -> dict[str, Any]:
   """A T5X restore transformation that adds the draft checkpoint to the state read.
 
@@ -306,7 +306,7 @@ def _sorted_by_score(batch: int, num_decodes: int, tokens: Array, scores: Array,
   return sort(tokens), sort(scores), {k: sort(v) for k, v in stats.items()}
 
 
-def decode(target: t5.T5, draft: t5.T5, inputs: Array, rng: Optional[Array], *,
+def decode(target: t5.T5, draft: t5.T5, inputs: Array, rng: Array | None, *,
            max_decode_length: int, num_decodes: int, eos_id: int, gamma: int,
            sampling: SamplingConfig) -> tuple[Array, Array, dict[str, Array]]:
   """num_decodes speculative decodes of each row of an encoder-decoder, sorted as T5X
@@ -355,7 +355,7 @@ def _decode(target, draft, inputs, rng, *, max_decode_length, num_decodes, eos_i
 
 def decode_decoder_only(target: t5x_decoder.T5XDecoder,
                         draft: t5x_decoder.T5XDecoder, inputs: Array,
-                        rng: Optional[Array], *, num_decodes: int, eos_id: int,
+                        rng: Array | None, *, num_decodes: int, eos_id: int,
                         gamma: int, sampling: SamplingConfig
                         ) -> tuple[Array, Array, dict[str, Array]]:
   """num_decodes speculative decodes of each prompt, as T5X's `DecoderOnlyModel`
@@ -473,10 +473,10 @@ def with_prefix(inputs: Array, decodes: Array) -> Array:
 
 def speculative_decode(*, inputs: Array, cache: Mapping[str, Array],
                        tokens_to_logits: Callable[..., Any], eos_id: int,
-                       num_decodes: int = 1, decode_rng: Optional[Array] = None,
-                       cache_offset: int = 0, initial_index: Optional[Array] = None,
+                       num_decodes: int = 1, decode_rng: Array | None = None,
+                       cache_offset: int = 0, initial_index: Array | None = None,
                        draft_module: Any = None,
-                       draft_checkpoint_path: Optional[str] = None, gamma: int = 7,
+                       draft_checkpoint_path: str | None = None, gamma: int = 7,
                        temperature: float = 1.0, topk: int = 0, topp: float = 0.0,
                        **kwargs) -> tuple[Array, Array]:
   """Speculative decoding with T5X's `decode_fn` convention (like `temperature_sample`).
@@ -577,8 +577,8 @@ def speculative_decode(*, inputs: Array, cache: Mapping[str, Array],
 # The models (built on first use: they subclass t5x classes).
 # ------------------------------------------------------------------------------
 def _model_classes() -> dict[str, type]:
-  from t5x import models  # pylint: disable=g-import-not-at-top
   import flax.core  # pylint: disable=g-import-not-at-top
+  from t5x import models  # pylint: disable=g-import-not-at-top
 
   class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     """T5X's `EncoderDecoderModel`, predicting by speculative decoding.
@@ -786,8 +786,8 @@ def _with_draft_variables(target: Mapping[str, Any], draft: Mapping[str, Any]) -
   })
 
 
-def _decoder_params(decoder_params: Optional[Mapping[str, Any]], rng: Optional[Array],
-                    default_eos_id: int) -> tuple[Optional[Array], int]:
+def _decoder_params(decoder_params: Mapping[str, Any] | None, rng: Array | None,
+                    default_eos_id: int) -> tuple[Array | None, int]:
   """(rng, eos_id) from `predict_batch_with_aux`'s `rng` and `decoder_params`."""
   decoder_params = dict(decoder_params or {})
   unknown = sorted(set(decoder_params) - set(_DECODER_PARAMS))

@@ -31,9 +31,7 @@ except ImportError as e:  # seqio brings TensorFlow; both are optional for specd
       "pip install 'specdec[t5x]'. The same data without seqio: specdec.data."
   ) from e
 
-from specdec import data
-from specdec import metrics
-from specdec import pretrained
+from specdec import data, metrics, pretrained
 
 MULTI30K_PAIR = 'multi30k_ende'
 MULTI30K_SPLIT = 'test_2016_flickr'

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import os
 import re
-from typing import Any, Mapping
+from typing import Any
 
 from flax import serialization, traverse_util
 import jax

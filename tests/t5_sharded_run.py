@@ -19,6 +19,7 @@ import numpy as np
 import specdec
 from specdec import sharding
 from specdec.models import t5
+
 from t5_helpers import random_inputs, tiny_model
 
 GAMMA = 3

@@ -14,11 +14,18 @@ import pytest
 
 import specdec
 from specdec import adaptive, sample as sample_lib, theory
-from specdec.bench import measure
 from specdec.adaptive import AutoGamma, StepCosts
+from specdec.bench import measure
 from specdec.distributions import SamplingConfig
-from test_sample import (CHI2_PVALUE, GREEDY, bigram_model, chi_square_pvalue,
-                         context_model, exact_sequence_distribution)
+
+from test_sample import (
+  CHI2_PVALUE,
+  GREEDY,
+  bigram_model,
+  chi_square_pvalue,
+  context_model,
+  exact_sequence_distribution,
+)
 
 VOCAB, NUM_NEW, INSTANCES = 5, 4, 20_000
 
@@ -181,8 +188,8 @@ def test_a_scripted_past_only_schedule_keeps_the_law(monkeypatch):
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_greedy_adaptive_equals_greedy_target_on_llama_and_t5():
-  from test_llama import ragged_inputs, tiny_model as tiny_llama  # pylint: disable=import-outside-toplevel
   from t5_helpers import random_inputs, tiny_model as tiny_t5  # pylint: disable=import-outside-toplevel
+  from test_llama import ragged_inputs, tiny_model as tiny_llama  # pylint: disable=import-outside-toplevel
   rule = AutoGamma.from_c(0.3, gammas=(0, 1, 2, 4), prior=0.9, decay=0.5)
   llama_target = tiny_llama(0, num_layers=2)
   llama_draft = tiny_llama(1, hidden_size=16, num_heads=2, num_kv_heads=1,

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from specdec import adaptive
-from specdec.bench import __main__ as bench_main
-from specdec.bench import adaptive as bench_adaptive
+from specdec.bench import __main__ as bench_main, adaptive as bench_adaptive
 
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after

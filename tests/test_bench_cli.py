@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-from specdec.bench import SUBCOMMANDS, cli, sampler
-from specdec.bench import __main__ as bench_main
+from specdec.bench import SUBCOMMANDS, __main__ as bench_main, cli, sampler
 
 
 def test_every_subcommand_has_a_config_a_run_and_a_render():

@@ -50,6 +50,7 @@ def test_preset_shapes_instead_of_the_shipped_pair():
                                   steps=2))
   assert (result["pair"], result["draft"]) == ("t5_1_1_small", "t5_1_1_small")
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
   from specdec.models import t5  # pylint: disable=g-import-not-at-top
   cfg = t5.CONFIGS["t5_1_1_small"].replace(dtype=jnp.float32)
   expected = sum(int(w.size) * 4 for w, _ in t5.decode_matrices(

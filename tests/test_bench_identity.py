@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec.models import llama
-from t5_helpers import random_inputs, tiny_model
-
 from specdec.bench import identity as bench_identity  # pylint: disable=g-bad-import-order
+from specdec.models import llama
+
+from t5_helpers import random_inputs, tiny_model
 
 GAMMA, MAX_NEW_TOKENS = 2, 8
 T5_EOS = 1

@@ -8,8 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from specdec.bench import loop as bench_loop
-from specdec.bench import measure as benchmarking
+from specdec.bench import loop as bench_loop, measure as benchmarking
 from specdec.distributions import SamplingConfig
 from specdec.models import llama
 

@@ -5,15 +5,16 @@ import json
 import os
 import shutil
 
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import traverse_util
 from safetensors.numpy import load_file, save_file
 
 from specdec import checkpoints
 from specdec.models import t5
+
 from t5_helpers import assert_trees_equal, write_t5x_legacy, write_t5x_orbax
 
 
@@ -250,8 +251,7 @@ def test_the_old_module_names_are_aliases_of_specdec_io():
   every public name of the modules that moved to `specdec.io`, as the same objects."""
   # pylint: disable=g-import-not-at-top
   from specdec import checkpoints_gguf, io, tokenizer
-  from specdec.io import gguf, hf, t5x
-  from specdec.io import tokenizer as io_tokenizer
+  from specdec.io import gguf, hf, t5x, tokenizer as io_tokenizer
   # pylint: enable=g-import-not-at-top
   for alias, modules in ((checkpoints, (t5x, hf)), (checkpoints_gguf, (gguf,)),
                          (tokenizer, (io_tokenizer,))):

@@ -2,11 +2,11 @@
 
 import os
 
+from flax import serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import serialization
 
 from specdec import checkpoints
 from specdec.models import t5

@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("torch", reason="the comparison needs torch (the `hf` extra)")
 pytest.importorskip("transformers", reason="the comparison needs transformers (the `hf` extra)")
 
-from t5_helpers import random_inputs, tiny_model  # pylint: disable=g-import-not-at-top
-
 from specdec.bench import compare_hf  # pylint: disable=g-bad-import-order
+
+from t5_helpers import random_inputs, tiny_model  # pylint: disable=g-import-not-at-top
 
 GAMMA, MAX_NEW = 2, 6
 SYSTEM_FIELDS = ("implementation", "settings", "baseline", "prompt_seconds",
@@ -128,6 +128,7 @@ def lm_pair(tmp_path_factory):
   that the greedy decode of prompt 0 first reaches at its third token or later (so
   stopping is exercised) with the length it stops at."""
   import jax  # pylint: disable=g-import-not-at-top
+
   from specdec import checkpoints  # pylint: disable=g-import-not-at-top
   from specdec.models import llama  # pylint: disable=g-import-not-at-top
   models = []
@@ -209,6 +210,7 @@ def test_lm_hf_tokens_drop_the_prompt():
 
 def test_load_hf_llama_refuses_other_weights(lm_pair, tmp_path):
   import jax  # pylint: disable=g-import-not-at-top
+
   from specdec import checkpoints  # pylint: disable=g-import-not-at-top
   draft = lm_pair[1]
   checkpoints.save_hf_llama(tmp_path, draft.config, draft.params)

@@ -13,12 +13,9 @@ import pytest
 gin = pytest.importorskip('gin', reason="gin-config is not installed (specdec[t5x])")
 from gin import config_parser  # pylint: disable=g-import-not-at-top
 
-from specdec import data
-from specdec import pretrained
-from specdec import t5x as specdec_t5x
+from specdec import data, pretrained, t5x as specdec_t5x
 from specdec.distributions import SamplingConfig
-from specdec.models import t5
-from specdec.models import t5x_decoder
+from specdec.models import t5, t5x_decoder
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS = REPO / 'configs'

@@ -10,6 +10,7 @@ import specdec
 from specdec import drafts
 from specdec.distributions import SamplingConfig
 from specdec.drafts import lookup, ngram, shortlist
+
 from test_eagle import feature_draft
 from test_llama import ragged_inputs, tiny_model as tiny_llama
 from test_sample import GREEDY, bigram_model

@@ -12,11 +12,18 @@ import numpy as np
 import pytest
 
 import specdec
-from specdec.distributions import SamplingConfig
 from specdec import benchmarking
+from specdec.distributions import SamplingConfig
 from specdec.models import eagle, llama
-from test_llama import (NUM_NEW, STAT_PROMPT, assert_greedy_identity,
-                        exact_llama_distribution, ragged_inputs, tiny_model)
+
+from test_llama import (
+  NUM_NEW,
+  STAT_PROMPT,
+  assert_greedy_identity,
+  exact_llama_distribution,
+  ragged_inputs,
+  tiny_model,
+)
 from test_sample import CHI2_PVALUE, chi_square_pvalue
 
 GREEDY = SamplingConfig(temperature=0.0)

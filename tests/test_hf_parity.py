@@ -16,8 +16,17 @@ transformers = pytest.importorskip(
 
 from specdec import checkpoints  # pylint: disable=g-import-not-at-top
 from specdec.models import t5
-from t5_helpers import (MAX_LENGTH, encode, extend, full_logits, init, rewind,
-                        standard_batch, tiny_model)
+
+from t5_helpers import (
+  MAX_LENGTH,
+  encode,
+  extend,
+  full_logits,
+  init,
+  rewind,
+  standard_batch,
+  tiny_model,
+)
 
 ATOL = 1e-4
 

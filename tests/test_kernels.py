@@ -1,11 +1,10 @@
 """Tests of specdec.backends.cpu (also importable as specdec.kernels): the packed
 small-row product against numpy and XLA, and its choice per lowering platform."""
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 from specdec import kernels
 

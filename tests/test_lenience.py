@@ -18,14 +18,20 @@ import numpy as np
 import pytest
 
 import specdec
-from specdec import sample as sample_lib
-from specdec import verify as verify_lib
-from specdec import theory
+from specdec import sample as sample_lib, theory, verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
+
 # Algorithm 1's own test machinery: toy models, step cases, sequence enumeration and
 # the chi-square goodness of fit (CHI2_PVALUE = 1e-3: a 0.1% false alarm per test).
-from test_sample import (CHI2_PVALUE, bigram_model, chi_square_pvalue, context_model,
-                         exact_sequence_distribution, step_cases, toy_tables)
+from test_sample import (
+  CHI2_PVALUE,
+  bigram_model,
+  chi_square_pvalue,
+  context_model,
+  exact_sequence_distribution,
+  step_cases,
+  toy_tables,
+)
 
 GREEDY = SamplingConfig(temperature=0.0)
 LENIENCES = (0.9, 0.5, 0.3, 0.1)

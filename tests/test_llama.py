@@ -14,16 +14,16 @@ import sys
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
 
 import specdec
 from specdec import sharding
 from specdec.distributions import SamplingConfig, probabilities
-from specdec.models import llama
-from specdec.models import base as models_base
+from specdec.models import base as models_base, llama
 from specdec.models.base import DecodeModel
+
 # The sequence-level chi-square machinery of Algorithm 1's own tests.
 from test_sample import CHI2_PVALUE, chi_square_pvalue
 
@@ -386,7 +386,7 @@ def exact_llama_distribution(model, sampling):
   return {tuple(s): float(p) for s, p in zip(seqs.tolist(), picked.prod(axis=1))}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def draw_llama_sequences(name, seed=5):
   """NUM_SEQUENCES speculative decodes of case `name` (cached: the negative control
   reuses them): (tokens [N, NUM_NEW], SampleOutput)."""
@@ -489,7 +489,6 @@ def test_a_bfloat16_checkpoint_packs_in_half_the_bytes_with_the_same_logits(tied
   """Parameters that are bfloat16 values upcast (a checkpoint stored in bfloat16, like
   the shipped drafts) pack in bfloat16 by themselves, and every chunk's logits are
   those of the float32 pack bit for bit; float32 parameters stay float32."""
-  from specdec import kernels
   model = tiny_model(3, vocab_size=300, hidden_size=64, intermediate_size=96,
                      tie_word_embeddings=tied)
   rounded = model.replace(params=jax.tree.map(

@@ -8,13 +8,21 @@ import numpy as np
 import pytest
 
 import specdec
-from specdec import sample as sample_lib
-from specdec import verify as verify_lib
+from specdec import sample as sample_lib, verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
 from specdec.models import llama, lookup, shortlist
-from test_sample import (CHI2_PVALUE, GREEDY, NUM_NEW, bigram_model, chi_square_pvalue,
-                         context_model, emission_probabilities,
-                         exact_sequence_distribution, toy_tables)
+
+from test_sample import (
+  CHI2_PVALUE,
+  GREEDY,
+  NUM_NEW,
+  bigram_model,
+  chi_square_pvalue,
+  context_model,
+  emission_probabilities,
+  exact_sequence_distribution,
+  toy_tables,
+)
 
 V = 49152  # SmolLM2's vocabulary.
 

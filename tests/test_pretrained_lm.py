@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip('gguf')
 
-import specdec  # noqa: E402
-from specdec import pretrained  # noqa: E402
-from specdec.models import llama, ngram  # noqa: E402
+import specdec
+from specdec import pretrained
+from specdec.models import llama, ngram
 
 NAME = 'smollm2_135m_instruct'
 GREEDY = specdec.SamplingConfig(temperature=0.0)

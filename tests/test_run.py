@@ -13,6 +13,7 @@ gin = pytest.importorskip('gin', reason="gin-config is not installed (specdec[t5
 from specdec import run  # pylint: disable=g-import-not-at-top
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
+
 from t5_helpers import write_t5x_legacy  # pylint: disable=g-import-not-at-top
 
 TINY = dict(emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64)

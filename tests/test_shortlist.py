@@ -10,11 +10,10 @@ import pytest
 from scipy import stats as scipy_stats
 
 import specdec
-from specdec import checkpoints, pretrained
-from specdec import sample as sample_lib
-from specdec import verify as verify_lib
+from specdec import checkpoints, pretrained, verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
 from specdec.models import llama, shortlist
+
 from test_sample import ConstantLM, emission_probabilities
 
 V = 49152  # SmolLM2's vocabulary.
@@ -304,8 +303,9 @@ def test_greedy_draft_steps_never_write_the_full_vocabulary(kind, monkeypatch):
 
 @pytest.mark.slow  # ~4 s (three tiny T5 models)
 def test_t5_output_shortlist_misuse_raises_naming_it():
-  from t5_helpers import tiny_model  # pylint: disable=import-outside-toplevel
   from specdec.models import t5  # pylint: disable=import-outside-toplevel
+
+  from t5_helpers import tiny_model  # pylint: disable=import-outside-toplevel
   with pytest.raises(ValueError, match='untied'):
     shortlist.t5_output_shortlist(tiny_model('1.0', vocab_size=VOCAB), [1, 2])
   with pytest.raises(ValueError, match='must not repeat'):

@@ -2,17 +2,27 @@
 
 import dataclasses
 
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import traverse_util
 
 import specdec
 from specdec.models import t5
 from specdec.models.base import DecodeModel
-from t5_helpers import (MAX_LENGTH, extend, full_logits, init, random_inputs, rewind,
-                        standard_batch, tiny_model, while_body_instructions)
+
+from t5_helpers import (
+  MAX_LENGTH,
+  extend,
+  full_logits,
+  init,
+  random_inputs,
+  rewind,
+  standard_batch,
+  tiny_model,
+  while_body_instructions,
+)
 
 TOL = dict(atol=2e-5, rtol=2e-5)
 GREEDY = specdec.SamplingConfig(temperature=0.0)

@@ -14,13 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec import checkpoints
-from specdec import data
-from specdec import pretrained
-from specdec import t5x as specdec_t5x
+from specdec import checkpoints, data, pretrained, t5x as specdec_t5x
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
 from specdec.sample import autoregressive_sample
+
 from t5_helpers import assert_trees_equal, tiny_model, write_t5x_legacy
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -252,9 +250,9 @@ def test_require_t5x_turns_skipped_t5x_tests_into_failures(tmp_path):
 def t5x_lib():
   pytest.importorskip('t5x.models', reason='t5x is not installed (not on PyPI; see '
                       'specdec.t5x for how to install it)')
+  import seqio  # pylint: disable=g-import-not-at-top
   from t5x import decoding, models, partitioning, utils  # pylint: disable=g-import-not-at-top
   from t5x.examples.t5 import network  # pylint: disable=g-import-not-at-top
-  import seqio  # pylint: disable=g-import-not-at-top
   return dict(decoding=decoding, models=models, partitioning=partitioning,
               utils=utils, network=network, seqio=seqio)
 
@@ -631,6 +629,7 @@ def test_decoder_only_scores_are_t5x_rescaled_log_probs(t5x_decoder_lib, decoder
   at temperature 1 without masks, T5X's score_batch."""
   lib = t5x_decoder_lib
   from t5x import binary_search  # pylint: disable=g-import-not-at-top
+
   from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
   target, draft = decoder_pair
   vocab = lib['seqio'].PassThroughVocabulary(size=64, eos_id=1)

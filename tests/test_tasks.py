@@ -6,8 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from specdec import data
-from specdec import metrics
+from specdec import data, metrics
 
 HOUSE = 'The house is wonderful.'
 HOUSE_IDS = [13959, 1566, 12, 2968, 10, 37, 629, 19, 1627, 5, 1]
@@ -172,6 +171,7 @@ def test_local_source_rejects_other_splits(seqio_tasks):
 
 def test_seqio_multi30k_task_yields_the_shipped_pairs_test_set(seqio_tasks):
   import seqio  # pylint: disable=g-import-not-at-top
+
   from specdec import pretrained  # pylint: disable=g-import-not-at-top
   pairs = pretrained.test_sentences('multi30k_ende')
   examples = list(_dataset(seqio_tasks.MULTI30K_TASK, {'inputs': 64, 'targets': 64})

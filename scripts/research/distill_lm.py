@@ -55,22 +55,22 @@ import pathlib
 import time
 from typing import Any
 
+from absl import app, flags
 import flax.serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
 
 from specdec import benchmarking, checkpoints, lm_prompts, pretrained, theory
 from specdec.models import llama, lookup, shortlist
 
+from common import config_json, log
 import lm_card
 import lm_decodes
-import lm_evaluation
-import lm_training
-from common import config_json, log
 from lm_decodes import GREEDY, NAME, SAMPLED
+import lm_evaluation
 from lm_evaluation import corpus_alpha
+import lm_training
 
 STAGES = ('time', 'generate', 'soft', 'train', 'package', 'evaluate', 'lookup', 'card')
 FLAGS = flags.FLAGS

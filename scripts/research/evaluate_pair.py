@@ -24,10 +24,10 @@ import json
 import os
 import time
 
+from absl import app, flags, logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags, logging
 
 from specdec import data, metrics as metrics_lib, pretrained, theory
 from specdec.bench import measure

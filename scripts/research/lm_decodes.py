@@ -9,11 +9,12 @@ stage adds the target's top-k log-probabilities along each decode beside it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import functools
 import glob
 import os
 import time
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp

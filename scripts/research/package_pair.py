@@ -20,8 +20,8 @@ from absl import app, flags
 
 from specdec import benchmarking
 
-import train_pair  # the presets the pair was trained with
 from common import config_json
+import train_pair  # the presets the pair was trained with
 
 FLAGS = flags.FLAGS
 

@@ -26,19 +26,19 @@ a small fraction of a target step.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 import dataclasses
 import json
 import os
 import time
-from typing import Iterator, Sequence
 
+from absl import app, flags, logging
 import flax.linen as nn
 import flax.serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import app, flags, logging
 
 from specdec import benchmarking, checkpoints, sample
 from specdec.distributions import SamplingConfig

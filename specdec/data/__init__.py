@@ -16,13 +16,13 @@ preprocessing in seqio tasks, so both see identical examples.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import functools
 import gzip
 import json
 import os
 import pathlib
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 

@@ -17,14 +17,15 @@ head of `q_proj` and `k_proj`; `unpermute_rope_rows` undoes it (as transformers'
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import os
-from typing import Any, Mapping
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
-from specdec.io.hf import llama_config_from_hf, llama_params_from_hf
 from specdec.io._tree import DTypeLike
+from specdec.io.hf import llama_config_from_hf, llama_params_from_hf
 
 __all__ = ['ARCHITECTURE', 'INSTALL_HINT', 'GLOBAL_NAMES', 'LAYER_NAMES', 'CONFIG_KEYS',
            'REQUIRED_CONFIG_KEYS', 'DEFAULT_ROPE_THETA', 'DEFAULT_CONTEXT_LENGTH',

@@ -14,10 +14,11 @@ key and both shapes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import json
 import os
 import re
-from typing import Any, Mapping
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np

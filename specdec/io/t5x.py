@@ -14,10 +14,11 @@ reader checks the tree (`check_shapes`) before reading any array.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 import copy
 import os
 import re
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from flax import serialization, traverse_util
 import jax

@@ -24,10 +24,11 @@ transformers' `apply_chat_template` renders it (a sandboxed Jinja environment wi
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 import functools
 import json
 import os
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from specdec import data
 
@@ -85,7 +86,7 @@ def _imports():
                       ) from e
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bytes_to_unicode() -> dict[int, str]:
   """GPT-2's byte -> printable character table (the ByteLevel alphabet)."""
   bs = (list(range(ord('!'), ord('~') + 1)) + list(range(ord('¡'), ord('¬') + 1))
@@ -208,7 +209,7 @@ class Tokenizer:
     self._backend = backend
 
   @classmethod
-  def from_gguf(cls, path: str | os.PathLike) -> 'Tokenizer':
+  def from_gguf(cls, path: str | os.PathLike) -> Tokenizer:
     """The tokenizer a GGUF file's `tokenizer.*` metadata describes.
 
     Raises:
@@ -219,14 +220,14 @@ class Tokenizer:
     return cls.from_reader(gguf.open_gguf(path), source=os.fspath(path))
 
   @classmethod
-  def from_reader(cls, reader, source: str = 'GGUF file') -> 'Tokenizer':
+  def from_reader(cls, reader, source: str = 'GGUF file') -> Tokenizer:
     """From an open `gguf.GGUFReader` (`specdec.io.gguf.open_gguf`), read once for
     both the model and its tokenizer."""
     return cls.from_metadata({key: field.contents() for key, field in reader.fields.items()
                               if key.startswith('tokenizer.')}, source=source)
 
   @classmethod
-  def from_metadata(cls, meta: Mapping[str, Any], source: str = 'metadata') -> 'Tokenizer':
+  def from_metadata(cls, meta: Mapping[str, Any], source: str = 'metadata') -> Tokenizer:
     """From {GGUF key: value} (`tokenizer.ggml.tokens`, `tokenizer.ggml.merges`, ...)."""
     model = meta.get('tokenizer.ggml.model')
     if model is None or 'tokenizer.ggml.tokens' not in meta:

@@ -17,7 +17,8 @@ and must never be attended to.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 import flax.struct
 import jax
@@ -225,7 +226,7 @@ class CausalLM:
 
   @classmethod
   def from_fn(cls, logits_fn: Callable[..., Array], vocab_size: int,
-              max_length: int | None = None, params: Any = None) -> "CausalLM":
+              max_length: int | None = None, params: Any = None) -> CausalLM:
     """Wraps `logits_fn(tokens[B, T]) -> logits[B, T, V]` (or `(tokens, params)`)."""
     if not callable(logits_fn):
       raise TypeError(f"logits_fn must be callable, got {type(logits_fn).__name__}")

@@ -39,14 +39,14 @@ for one backend without touching the rest.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping
+from typing import Any
 
-import flax.struct
-from flax import linen as nn
-from flax import traverse_util
+from flax import linen as nn, traverse_util
 from flax.linen import partitioning as nn_partitioning
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -812,7 +812,7 @@ class Llama:
   def module(self) -> Transformer:
     return Transformer(self.config)
 
-  def with_packed_weights(self) -> 'Llama':
+  def with_packed_weights(self) -> Llama:
     """This model with `packed` set where `specdec.backends.cpu.enabled()` (a single CPU
     device with the kernel built), unchanged elsewhere. The weights' copy is made
     once, here: verification of gamma + 1 tokens then reads every weight once on a
@@ -827,7 +827,7 @@ class Llama:
       return self
     return self.replace(packed=pack_params(self.config, self.params))
 
-  def with_layers(self, layers: Any) -> 'Llama':
+  def with_layers(self, layers: Any) -> Llama:
     """This model with only the decoder layers `layers` (strictly increasing indices
     in [0, num_layers)), over the same arrays (packed copy included): a
     self-speculative draft, the target with layers skipped (Zhang et al., "Draft &

@@ -28,16 +28,16 @@ Attention logits and softmax are computed in float32 whatever the activation dty
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import functools
 import operator
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
-import flax.struct
-from flax import linen as nn
-from flax import traverse_util
+from flax import linen as nn, traverse_util
 from flax.linen import partitioning as nn_partitioning
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -230,7 +230,7 @@ def relative_position_bucket(relative_position: np.ndarray, bidirectional: bool 
   return ret + np.where(is_small, n, val_if_large).astype(np.int32)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bucket_table(bidirectional: bool, num_buckets: int, max_distance: int) -> np.ndarray:
   """int32[2 * max_distance + 1]: the bucket of every relative position in
   [-max_distance, max_distance]; positions beyond share the end buckets."""
@@ -1179,7 +1179,7 @@ class T5:
       variables[cpu.PACKED] = self.packed
     return self.module.apply(variables, *args, method=method, **kwargs)
 
-  def with_packed_weights(self) -> 'T5':
+  def with_packed_weights(self) -> T5:
     """This model with `packed` set (and `per_position_logits` 0) where
     `specdec.backends.cpu.enabled()` (a single CPU device with the kernel built) and the
     model is float32; unchanged elsewhere. The copy is made once, here: a decoder

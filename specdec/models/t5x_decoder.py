@@ -48,18 +48,18 @@ so in bfloat16 the two differ by rounding (in float32 they agree to rounding).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
-import flax.struct
 from flax import linen as nn
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec.models import base
-from specdec.models import t5
+from specdec.models import base, t5
 
 Array = jax.Array
 

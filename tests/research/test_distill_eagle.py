@@ -6,10 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import distill_eagle
 import specdec
 from specdec.distributions import SamplingConfig
 from specdec.models import eagle
+
+import distill_eagle
 from test_eagle import target_features
 from test_llama import tiny_model
 

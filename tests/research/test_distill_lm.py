@@ -179,6 +179,7 @@ def test_transformers_soft_targets_equal_specdec_ones(tmp_path):
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
   import jax.numpy as jnp
+
   from specdec.models import llama
   cfg, params = _tiny_llama(tmp_path)
   tok = types.SimpleNamespace(eos_id=None, pad_id=0)
@@ -352,6 +353,7 @@ def test_importing_the_pipelines_registers_no_flag():
   """Their flags are defined only when run as commands: importing them (these tests
   do) leaves absl's one registry to the library's own commands."""
   from absl import flags
+
   import distill_eagle  # noqa: F401
   import package_pair  # noqa: F401
   import train_pair  # noqa: F401
@@ -368,6 +370,7 @@ def test_train_settings_refuse_a_bad_value_by_name():
 
 def test_config_json_drops_what_a_checkpoint_does_not_fix():
   from specdec.models import llama, t5
+
   from common import config_json
   fields = config_json(llama.tiny_config())
   assert "dtype" not in fields and fields["vocab_size"] == llama.tiny_config().vocab_size
@@ -381,6 +384,7 @@ def test_corpus_alpha_is_the_mean_beta_over_every_batch():
   """alpha over cached batches pools every generated position of every batch (a
   position-weighted mean, not a mean of per-batch means), from specdec's betas."""
   from specdec import benchmarking
+
   from test_llama import tiny_model
   target, draft = tiny_model(0), tiny_model(1)
   sampling = lm_decodes.SAMPLED
