@@ -80,7 +80,7 @@ def test_negative_control_a_choice_that_reads_this_iterations_draws_is_detected(
   sampling = SamplingConfig(1.0)
   target_table, draft_table = varying_tables()
   dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, None)
-  peek = lambda rule, alpha, active, remaining, step, keys, r: jnp.where(  # noqa: E731
+  peek = lambda rule, alpha, active, remaining, step, keys, r: jnp.where(
       r[0, 0] < 0.5, len(rule.gammas) - 1, 0).astype(jnp.int32)
   monkeypatch.setattr(sample_lib, "_choose", peek)
   jax.clear_caches()
@@ -352,7 +352,7 @@ def test_the_decode_is_one_loop_with_one_inner_loop_per_gamma_and_no_switch():
   one pass); no lax.switch (a switch that carries the caches copies them on every
   iteration)."""
   target_table, draft_table = varying_tables()
-  fn = lambda rule: lambda i, k: specdec.speculative_sample(  # noqa: E731
+  fn = lambda rule: lambda i, k: specdec.speculative_sample(
       bigram_model(target_table), bigram_model(draft_table), i, k, gamma=rule,
       max_new_tokens=5, sampling=SamplingConfig(1.0)).tokens
   args = (jnp.ones((2, 1), jnp.int32), jax.random.key(0))

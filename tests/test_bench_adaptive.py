@@ -129,7 +129,7 @@ def test_every_batch_size_reads_the_costs_and_prior_of_the_draft_it_decodes_with
 
 def test_the_bootstrap_intervals_hold_the_ratios_and_widen_with_their_spread():
   from types import SimpleNamespace
-  out = lambda n: [SimpleNamespace(lengths=np.asarray([10]))] * n  # noqa: E731
+  out = lambda n: [SimpleNamespace(lengths=np.asarray([10]))] * n
   rng = np.random.default_rng(0)
   base = list(rng.uniform(1.0, 2.0, 16))
   steady = {"baseline": (base, out(16)), "adaptive": ([b / 2 for b in base], out(16)),

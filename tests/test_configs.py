@@ -10,8 +10,9 @@ import sys
 import jax.numpy as jnp
 import pytest
 
-gin = pytest.importorskip('gin', reason="gin-config is not installed (specdec[t5x])")
-from gin import config_parser  # pylint: disable=g-import-not-at-top
+pytest.importorskip('gin', reason="gin-config is not installed (specdec[t5x])")
+import gin
+from gin import config_parser
 
 from specdec import data, pretrained, t5x as specdec_t5x
 from specdec.distributions import SamplingConfig

@@ -6,11 +6,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip('gguf')
+pytest.importorskip('gguf')
+import gguf
 
-from specdec import checkpoints  # noqa: E402
-from specdec.io import gguf as G  # noqa: E402
-from specdec.models import llama  # noqa: E402
+from specdec import checkpoints
+from specdec.io import gguf as G
+from specdec.models import llama
 
 # A tiny llama: rows of 64 values (two 32-value quantization blocks), grouped-query
 # attention (4 heads over 2 key/value heads of 16), untied output layer.
@@ -235,7 +236,7 @@ def _flatten(tree, prefix=()):
 
 
 def test_load_gguf_in_bfloat16_casts_params_and_config(tiny_file):
-  cfg32, params32 = G.load_gguf(tiny_file)
+  _, params32 = G.load_gguf(tiny_file)
   cfg, params = G.load_gguf(tiny_file, dtype=jnp.bfloat16)
   assert cfg.dtype == jnp.bfloat16
   for (key, v), (_, v32) in zip(_flatten(params), _flatten(params32)):
@@ -306,7 +307,8 @@ def test_a_non_gguf_or_truncated_file_is_a_value_error_naming_the_path(tmp_path,
   text.write_text('not a model')
   with pytest.raises(ValueError, match=f'{text}.*not a GGUF file'):
     G.load_gguf(text)
-  data = open(tiny_file, 'rb').read()
+  with open(tiny_file, 'rb') as f:
+    data = f.read()
   for size in (len(data) - 100, 200, 30):
     cut = tmp_path / f'cut{size}.gguf'
     cut.write_bytes(data[:size])

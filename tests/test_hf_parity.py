@@ -9,12 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-torch = pytest.importorskip(
-    'torch', reason='parity with transformers needs torch (the `hf` extra)')
-transformers = pytest.importorskip(
+pytest.importorskip('torch', reason='parity with transformers needs torch (the `hf` extra)')
+pytest.importorskip(
     'transformers', reason='parity with transformers needs transformers (the `hf` extra)')
+import torch
+import transformers
 
-from specdec import checkpoints  # pylint: disable=g-import-not-at-top
+from specdec import checkpoints
 from specdec.models import t5
 
 from t5_helpers import (

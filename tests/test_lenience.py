@@ -12,6 +12,8 @@ false-alarm rate its threshold would have under fresh randomness.
 """
 
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -177,10 +179,10 @@ def test_lenience_is_not_lossless():
   cases = step_cases()
   for name in ("random0", "random1", "random2"):
     p, q = cases[name]
-    gaps = [np.abs(emission_probabilities(p, q, l) - np.asarray(p)).sum()
-            for l in (1.0, 0.9, 0.5, 0.1)]
+    gaps = [np.abs(emission_probabilities(p, q, ell) - np.asarray(p)).sum()
+            for ell in (1.0, 0.9, 0.5, 0.1)]
     assert gaps[0] < 1e-6
-    assert all(b > a for a, b in zip(gaps, gaps[1:])), gaps
+    assert all(b > a for a, b in itertools.pairwise(gaps)), gaps
 
 
 def test_lenience_gives_no_lower_bound_a_token_can_vanish():

@@ -8,13 +8,14 @@ import sys
 
 import pytest
 
-gin = pytest.importorskip('gin', reason="gin-config is not installed (specdec[t5x])")
+pytest.importorskip('gin', reason="gin-config is not installed (specdec[t5x])")
+import gin
 
-from specdec import run  # pylint: disable=g-import-not-at-top
+from specdec import run
 from specdec.distributions import SamplingConfig
 from specdec.models import t5
 
-from t5_helpers import write_t5x_legacy  # pylint: disable=g-import-not-at-top
+from t5_helpers import write_t5x_legacy
 
 TINY = dict(emb_dim=32, num_heads=2, head_dim=8, mlp_dim=64)
 # A tiny target and draft (different random weights) on T5's full vocabulary, which

@@ -463,7 +463,7 @@ def test_the_decode_is_one_while_loop_with_one_target_call_per_iteration():
 
   target = specdec.CausalLM.from_fn(target_fn, vocab)
   draft = bigram_model(table * 0.5)
-  fn = lambda i, k: specdec.speculative_sample(  # noqa: E731
+  fn = lambda i, k: specdec.speculative_sample(
       target, draft, i, k, gamma=4, max_new_tokens=9, sampling=SamplingConfig(1.0)).tokens
   jaxpr = jax.make_jaxpr(fn)(jnp.ones((2, 1), jnp.int32), jax.random.key(0))
   text = str(jaxpr)

@@ -108,8 +108,8 @@ def main(argv):
       info[which]["training"]["teacher"] = (
           "the target's greedy outputs on Multi30k train (max 48 tokens), "
           "scripts/research/train_pair.py --draft_data=distill")
-  for split, files in TEST_SETS.items():
-    for lang, name in files.items():
+  for files in TEST_SETS.values():
+    for name in files.values():
       shutil.copyfile(os.path.join(FLAGS.multi30k_dir, name), out / name)
   benchmarking.write_json(str(previous), info)
   print(f"packaged {FLAGS.name} into {out}")

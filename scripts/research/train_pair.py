@@ -396,7 +396,7 @@ def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
   if steps_per_epoch < 1:
     raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(train_examples)} "
                      "training examples")
-  total_steps = max(1, int(round(cfg.epochs * steps_per_epoch)))
+  total_steps = max(1, round(cfg.epochs * steps_per_epoch))
   if cfg.output_vocab not in ("full", "train"):
     raise ValueError(f"output_vocab must be 'full' or 'train', got {cfg.output_vocab!r}")
   output_ids = (jnp.asarray(output_vocabulary(train_examples, model_cfg.vocab_size))

@@ -13,6 +13,9 @@ The older module names `specdec.checkpoints`, `specdec.checkpoints_gguf` and
 `specdec.tokenizer` stay as aliases of these.
 """
 
+__all__ = ['load_gguf', 'save_gguf', 'load_hf', 'load_hf_llama', 'save_hf', 'save_hf_llama',
+           'load_t5x', 'save_t5x', 'T5Tokenizer', 'TextTokenizer', 'Tokenizer']
+
 from specdec.io.gguf import load_gguf, save_gguf
 from specdec.io.hf import load_hf, load_hf_llama, save_hf, save_hf_llama
 from specdec.io.t5x import load_t5x, save_t5x

@@ -214,7 +214,7 @@ def load_hf(path: str | os.PathLike, cfg: t5.T5Config | None = None, *,
       handle = safe_open(file, framework='np')
     except Exception as e:  # safetensors raises its own error types.
       raise ValueError(f'path: {file} is not a safetensors file: {e}') from e
-    for name in handle.keys():
+    for name in handle.keys():  # noqa: SIM118 - safe_open has keys() but no __iter__
       handles[name] = handle
       shapes[name] = tuple(handle.get_slice(name).get_shape())
 
@@ -497,7 +497,7 @@ def load_hf_llama(path: str | os.PathLike, *, dtype: DTypeLike | None = None
   for file in _hf_files(path):
     try:
       with safe_open(file, framework='np') as handle:
-        for name in handle.keys():
+        for name in handle.keys():  # noqa: SIM118 - safe_open has keys() but no __iter__
           tensors[name] = handle.get_tensor(name)
     except Exception as e:  # safetensors raises its own error types.
       raise ValueError(f'path: {file} is not a safetensors file: {e}') from e

@@ -79,8 +79,8 @@ class TextTokenizer(Protocol):
 
 def _imports():
   try:
-    import jinja2  # pylint: disable=g-import-not-at-top,unused-import
-    import tokenizers  # pylint: disable=g-import-not-at-top,unused-import
+    import jinja2  # noqa: F401 - imported only to check that it is installed
+    import tokenizers  # noqa: F401 - imported only to check that it is installed
   except ImportError as e:
     raise ImportError(f'the GGUF tokenizer needs `tokenizers` and `jinja2`: {INSTALL_HINT}'
                       ) from e

@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 import dataclasses
 import functools
+import itertools
 from typing import Any
 
 from flax import linen as nn, traverse_util
@@ -793,11 +794,11 @@ class Llama:
 
   def __post_init__(self):
     _check_config(self.config)
-    if self.pad_id is not None:
-      if (isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int)
-          or not 0 <= self.pad_id < self.config.vocab_size):
-        raise ValueError(f'pad_id must be None or an int in [0, '
-                         f'{self.config.vocab_size}), got {self.pad_id!r}')
+    if self.pad_id is not None and (
+        isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int)
+        or not 0 <= self.pad_id < self.config.vocab_size):
+      raise ValueError(f'pad_id must be None or an int in [0, '
+                       f'{self.config.vocab_size}), got {self.pad_id!r}')
 
   @property
   def vocab_size(self) -> int:
@@ -838,7 +839,7 @@ class Llama:
     """
     keep = [int(i) for i in layers]
     n = self.config.num_layers
-    if (not keep or any(b <= a for a, b in zip(keep, keep[1:]))
+    if (not keep or any(b <= a for a, b in itertools.pairwise(keep))
         or keep[0] < 0 or keep[-1] >= n):
       raise ValueError(f'layers must be strictly increasing indices in [0, {n}), '
                        f'got {list(layers)}')
