@@ -105,4 +105,6 @@ class SampleOutput:
   @property
   def scores(self) -> Array:
     """float32[B]: the log-probability of each row's output (sum of `log_probs`)."""
+    if self.log_probs is None:
+      raise ValueError('scores: this output has no log_probs')
     return jnp.sum(self.log_probs, axis=-1)

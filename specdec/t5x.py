@@ -46,6 +46,7 @@ when first used and raise an ImportError saying how to install it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+import dataclasses
 import functools
 import importlib.resources
 import os
@@ -113,7 +114,7 @@ def config_of(module: Any, name: str = 'module') -> t5.T5Config:
     raise TypeError(f"{name} must be specdec.models.t5.Transformer or T5X's "
                     f't5x.examples.t5.network.Transformer, got {type(module).__name__}')
   # gin and T5X may give mlp_activations as a list; a jit-static config must hash.
-  config = config.replace(mlp_activations=tuple(config.mlp_activations))
+  config = dataclasses.replace(config, mlp_activations=tuple(config.mlp_activations))
   t5.check_config(config)
   return config
 
@@ -138,7 +139,7 @@ def decoder_only_config_of(module: Any, name: str = 'module'
     raise TypeError(f'{name} must be specdec.models.t5x_decoder.Transformer or T5X\'s '
                     't5x.examples.decoder_only.network.DecoderWrapper, got '
                     f'{type(module).__name__}')
-  config = config.replace(mlp_activations=tuple(config.mlp_activations))
+  config = dataclasses.replace(config, mlp_activations=tuple(config.mlp_activations))
   t5x_decoder.check_config(config)
   return config
 

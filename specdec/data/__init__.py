@@ -179,11 +179,12 @@ def _processor(model_file: str, extra_ids: int):
   """
   import sentencepiece  # pylint: disable=g-import-not-at-top
   from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
-  model = sentencepiece_model_pb2.ModelProto.FromString(
-      _existing_file(model_file, 'model_file').read_bytes())
+  # The protobuf-generated module has no type information: ModelProto is unknown.
+  proto = sentencepiece_model_pb2.ModelProto  # type: ignore[attr-defined]  # generated
+  model = proto.FromString(_existing_file(model_file, 'model_file').read_bytes())
   for i in reversed(range(extra_ids)):
     model.pieces.add(piece=f'▁<extra_id_{i}>', score=0.0,
-                     type=sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED)
+                     type=proto.SentencePiece.USER_DEFINED)
   processor = sentencepiece.SentencePieceProcessor()
   processor.LoadFromSerializedProto(model.SerializeToString())
   return processor

@@ -18,6 +18,7 @@ and must never be attended to.
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
 import flax.struct
@@ -266,7 +267,7 @@ class CausalLM:
     return logits, CausalLMState(tokens=buffer, lengths=state.lengths + k)
 
   def rewind(self, state: CausalLMState, lengths: Array) -> CausalLMState:
-    return state.replace(lengths=rewound(state.lengths, lengths))
+    return dataclasses.replace(state, lengths=rewound(state.lengths, lengths))
 
   def lengths(self, state: CausalLMState) -> Array:
     return state.lengths

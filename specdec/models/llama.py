@@ -107,15 +107,17 @@ class LlamaConfig:
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f'config.num_kv_heads={self.num_kv_heads} must divide '
                        f'config.num_heads={self.num_heads}')
-    if self.head_dim is None:
+    head_dim = self.head_dim
+    if head_dim is None:
       if self.hidden_size % self.num_heads:
         raise ValueError(f'config.head_dim: none given and num_heads={self.num_heads} '
                          f'does not divide hidden_size={self.hidden_size}')
-      object.__setattr__(self, 'head_dim', self.hidden_size // self.num_heads)
-    _check_positive_int('config.head_dim', self.head_dim)
-    if self.head_dim % 2:
+      head_dim = self.hidden_size // self.num_heads
+      object.__setattr__(self, 'head_dim', head_dim)
+    _check_positive_int('config.head_dim', head_dim)
+    if head_dim % 2:
       raise ValueError(f'config.head_dim must be even (rotary embeddings pair its '
-                       f'halves), got {self.head_dim}')
+                       f'halves), got {head_dim}')
     for name in ('rope_theta', 'rms_norm_eps'):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -136,6 +138,13 @@ class LlamaConfig:
   def num_groups(self) -> int:
     """G = H / KV, query heads per key/value head."""
     return self.num_heads // self.num_kv_heads
+
+
+def _head_dim(cfg: LlamaConfig) -> int:
+  """hd: `cfg.head_dim`, which `LlamaConfig.__post_init__` resolves to an int."""
+  if cfg.head_dim is None:
+    raise ValueError('config.head_dim: unresolved (LlamaConfig.__post_init__ sets it)')
+  return cfg.head_dim
 
 
 def _check_positive_int(name: str, value: Any) -> None:
@@ -396,9 +405,9 @@ class Attention(nn.Module):
   def setup(self):
     cfg = self.config
     joined = ('embed', 'joined_kv')
-    self.query = Dense(cfg.num_heads * cfg.head_dim, joined, cfg.dtype)
-    self.key = Dense(cfg.num_kv_heads * cfg.head_dim, joined, cfg.dtype)
-    self.value = Dense(cfg.num_kv_heads * cfg.head_dim, joined, cfg.dtype)
+    self.query = Dense(cfg.num_heads * _head_dim(cfg), joined, cfg.dtype)
+    self.key = Dense(cfg.num_kv_heads * _head_dim(cfg), joined, cfg.dtype)
+    self.value = Dense(cfg.num_kv_heads * _head_dim(cfg), joined, cfg.dtype)
     self.out = Dense(cfg.hidden_size, ('joined_kv', 'embed'), cfg.dtype)
 
   def project(self, x: Array, cos: Array, sin: Array) -> tuple[Array, Array, Array]:
@@ -502,7 +511,7 @@ class Transformer(nn.Module):
     cfg = self.config
     batch, length = tokens.shape
     positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
-    cos, sin = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
+    cos, sin = rope_angles(positions, _head_dim(cfg), cfg.rope_theta)
     visible = jnp.tril(jnp.ones((length, length), jnp.bool_))
     y = self.token_embedder(tokens)
     for layer in self.layers:
@@ -533,7 +542,7 @@ class Transformer(nn.Module):
     cfg = self.config
     capacity = caches[0][0].shape[1]
     positions = lengths[:, None] + jnp.arange(tokens.shape[1])  # [B, k]
-    cos, sin = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
+    cos, sin = rope_angles(positions, _head_dim(cfg), cfg.rope_theta)
     visible = (jnp.arange(capacity)[None, None, :]
                <= positions[:, :, None])[:, None, None]  # [B, 1, 1, k, T]
     y = self.token_embedder(tokens)
@@ -576,12 +585,12 @@ class Embed(nn.Module):
 # Parameters.
 # ------------------------------------------------------------------------------
 @functools.partial(jax.jit, static_argnums=0)
-def _init_variables(cfg: LlamaConfig, rng: Array) -> dict[str, Any]:
+def _init_variables(cfg: LlamaConfig, rng: Array) -> Mapping[str, Any]:
   # One compiled program: op-by-op initialization of a deep model is much slower.
   return Transformer(cfg).init(rng, jnp.ones((1, 1), jnp.int32))
 
 
-def init_variables(cfg: LlamaConfig, rng: Array) -> dict[str, Any]:
+def init_variables(cfg: LlamaConfig, rng: Array) -> Mapping[str, Any]:
   """`Transformer(cfg).init`: {'params': ..., 'params_axes': ...} (T5X's init)."""
   _check_config(cfg)
   return _init_variables(cfg, rng)
@@ -665,7 +674,7 @@ def state_logical_axes(state: LlamaState) -> LlamaState:
   """A tree like `state` whose leaves are `PartitionSpec`s of logical axis names."""
   spec = jax.sharding.PartitionSpec
   return LlamaState(caches=jax.tree.map(lambda _: spec(*KV_CACHE_AXES), state.caches),
-                    lengths=spec('batch'))
+                    lengths=spec('batch'))  # type: ignore[arg-type]  # a spec tree
 
 
 # The network's two entry points, compiled once per config and shape when called
@@ -679,7 +688,8 @@ def _variables(params: Any, packed: Any) -> dict[str, Any]:
 @functools.partial(jax.jit, static_argnums=0)
 def _forward(cfg: LlamaConfig, params: Any, tokens: Array, packed: Any = None
              ) -> Array:
-  return Transformer(cfg).apply(_variables(params, packed), tokens)
+  return Transformer(cfg).apply(  # type: ignore[return-value]  # no mutable=: not a pair
+      _variables(params, packed), tokens)
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=('logits', 'features'))
@@ -826,7 +836,7 @@ class Llama:
       return self
     if jnp.dtype(self.config.dtype) != jnp.float32:
       return self
-    return self.replace(packed=pack_params(self.config, self.params))
+    return dataclasses.replace(self, packed=pack_params(self.config, self.params))
 
   def with_layers(self, layers: Any) -> Llama:
     """This model with only the decoder layers `layers` (strictly increasing indices
@@ -851,8 +861,9 @@ class Llama:
       out.update({f'layers_{i}': tree[f'layers_{j}'] for i, j in enumerate(keep)})
       return out
 
-    return self.replace(config=dataclasses.replace(self.config, num_layers=len(keep)),
-                        params=select(self.params), packed=select(self.packed))
+    return dataclasses.replace(
+        self, config=dataclasses.replace(self.config, num_layers=len(keep)),
+        params=select(self.params), packed=select(self.packed))
 
   def _check_params(self) -> None:
     if not isinstance(self.params, Mapping) or 'token_embedder' not in self.params:
@@ -956,7 +967,7 @@ class Llama:
 
   def rewind(self, state: LlamaState, lengths: Array) -> LlamaState:
     """Rolls row b back to min(current, lengths[b]) tokens; stale slots are masked."""
-    return state.replace(lengths=base.rewound(state.lengths, lengths))
+    return dataclasses.replace(state, lengths=base.rewound(state.lengths, lengths))
 
   def lengths(self, state: LlamaState) -> Array:
     """int32[B], tokens fed so far per row."""
