@@ -158,7 +158,7 @@ def gin_search_path() -> str:
     FileNotFoundError: the package has no `configs/` (a broken installation).
   """
   package = importlib.resources.files('specdec')
-  if not package.joinpath('configs', 'runs', 'infer.gin').is_file():
+  if not (package / 'configs' / 'runs' / 'infer.gin').is_file():
     raise FileNotFoundError(f'specdec is installed without its gin configs: no '
                             f'configs/runs/infer.gin under {package}; reinstall it')
   return str(package)
@@ -405,6 +405,8 @@ def _decode_decoder_only(target, draft, inputs, rng, *, num_decodes, eos_id, gam
   budget = length - t5x_decoder.prefix_lengths(flat)  # [N], T5X's tokens per row
   kept = jnp.arange(length)[None] < budget[:, None]
   tokens = jnp.where(kept, out.tokens, 0)
+  if out.log_probs is None:  # speculative_sample always returns them
+    raise ValueError('speculative_sample returned no log_probs to score the decodes')
   scores = jnp.sum(jnp.where(kept, out.log_probs, 0.0), axis=1)
   return _sorted_by_score(inputs.shape[0], num_decodes, tokens, scores,
                           _stats(out, jnp.minimum(out.lengths, budget)))
@@ -440,7 +442,7 @@ def _model_from_callback(tokens_to_logits: Callable[..., Any]
   with `params` and `max_decode_length` only; the model, params and (encoder-decoder)
   raw inputs are all a chunked target needs.
   """
-  func = getattr(tokens_to_logits, 'func', None)
+  func: Any = getattr(tokens_to_logits, 'func', None)
   keywords = getattr(tokens_to_logits, 'keywords', {})
   if (not isinstance(tokens_to_logits, functools.partial)
       or getattr(func, '__name__', None) != '_compute_logits_from_slice'
@@ -561,14 +563,14 @@ def speculative_decode(*, inputs: Array, cache: Mapping[str, Array],
                                 sampling=sampling)
     return decodes, scores
   bidirectional = bool(getattr(model, '_inputs_bidirectional_attention', False))
-  target = t5x_decoder.T5XDecoder(
+  lm_target = t5x_decoder.T5XDecoder(
       decoder_only_config_of(model.module, "the T5X model's module"),
       keywords['params'], bidirectional_prefix=bidirectional)
-  draft_config = decoder_only_config_of(draft_module, 'draft_module')
-  _check_pair(target.config, draft_config)
-  draft = t5x_decoder.T5XDecoder(draft_config, _draft_params(path, draft_config),
-                                 bidirectional_prefix=bidirectional)
-  decodes, scores, _ = decode_decoder_only(target, draft, inputs, decode_rng,
+  lm_draft_config = decoder_only_config_of(draft_module, 'draft_module')
+  _check_pair(lm_target.config, lm_draft_config)
+  lm_draft = t5x_decoder.T5XDecoder(lm_draft_config, _draft_params(path, lm_draft_config),
+                                    bidirectional_prefix=bidirectional)
+  decodes, scores, _ = decode_decoder_only(lm_target, lm_draft, inputs, decode_rng,
                                            num_decodes=num_decodes, eos_id=eos_id,
                                            gamma=gamma, sampling=sampling)
   return with_prefix(inputs, decodes), scores

@@ -220,7 +220,7 @@ class Vocabulary:
       raise TypeError(f'text must be a str, got {type(text).__name__}')
     return self._sp.EncodeAsIds(text)
 
-  def decode(self, ids: Sequence[int]) -> str:
+  def decode(self, ids: Sequence[int] | np.ndarray) -> str:
     """ids -> text, up to the first EOS; padding decodes to nothing."""
     ids = [int(i) for i in ids]
     if EOS_ID in ids:

@@ -146,7 +146,7 @@ def hf_config(reader) -> dict[str, Any]:
   scaling = meta.get('llama.rope.scaling.type', 'none')
   if scaling not in ('none', None) or meta.get('llama.rope.scaling.factor', 1.0) != 1.0:
     raise ValueError(f'llama.rope.scaling.type: RoPE scaling {scaling!r} is not supported')
-  cfg = {'model_type': 'llama', 'architectures': ['LlamaForCausalLM']}
+  cfg: dict[str, Any] = {'model_type': 'llama', 'architectures': ['LlamaForCausalLM']}
   for key, hf_key in CONFIG_KEYS.items():
     if f'llama.{key}' in meta:
       cfg[hf_key] = meta[f'llama.{key}']

@@ -177,12 +177,12 @@ class Tokenizer:
       if not set(token) <= alphabet:
         token = ''.join(spelling[b] for b in token.encode('utf-8'))
       vocab[token] = index  # the last of duplicates wins, as in transformers
-    pairs = []
+    pairs: list[tuple[str, str]] = []
     for merge in merges:
       parts = merge.split(' ')
       if len(parts) != 2:
         raise ValueError(f'merges: {merge!r} is not two tokens separated by one space')
-      pairs.append(tuple(parts))
+      pairs.append((parts[0], parts[1]))
     backend = tokenizers.Tokenizer(models.BPE(
         vocab=vocab, merges=pairs, dropout=None, continuing_subword_prefix='',
         end_of_word_suffix='', fuse_unk=False))
@@ -240,7 +240,7 @@ class Tokenizer:
       raise ValueError(f'{source}: tokenizer.ggml.merges missing (a BPE vocabulary needs '
                        'its merges)')
     get = meta.get
-    return cls(get('tokenizer.ggml.tokens'), get('tokenizer.ggml.merges'),
+    return cls(meta['tokenizer.ggml.tokens'], meta['tokenizer.ggml.merges'],
                get('tokenizer.ggml.token_type'),
                bos_id=get('tokenizer.ggml.bos_token_id'),
                eos_id=get('tokenizer.ggml.eos_token_id'),

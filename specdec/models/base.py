@@ -35,10 +35,12 @@ class DecodeModel(Protocol):
   """What `speculative_sample` and `autoregressive_sample` need of Mp and Mq.
 
   Attributes:
-    vocab_size: V, the size of the logits' last axis.
+    vocab_size: V, the size of the logits' last axis (a field or a property).
   """
 
-  vocab_size: int
+  @property
+  def vocab_size(self) -> int:
+    ...
 
   def init(self, inputs: Array, max_length: int) -> State:
     """Prepares a decode of `inputs` [B, S] that will feed `max_length` more tokens.
