@@ -29,7 +29,7 @@ def _check_pairs(targets: Sequence[str], predictions: Sequence[str]) -> None:
 def bleu(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:
   """{'bleu': corpus BLEU in [0, 100]} with one reference per example (T5's `bleu`)."""
   _check_pairs(targets, predictions)
-  import sacrebleu  # pylint: disable=g-import-not-at-top
+  import sacrebleu
   score = sacrebleu.corpus_bleu(list(predictions), [list(targets)], smooth_method='exp',
                                 smooth_value=0.0, force=False, lowercase=False,
                                 tokenize='intl', use_effective_order=False)
@@ -48,7 +48,7 @@ def rouge(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float
   can vary between calls; identical texts always score 100.
   """
   _check_pairs(targets, predictions)
-  from rouge_score import rouge_scorer, scoring  # pylint: disable=g-import-not-at-top
+  from rouge_score import rouge_scorer, scoring
   scorer = rouge_scorer.RougeScorer(rouge_types=list(ROUGE_KEYS))
   aggregator = scoring.BootstrapAggregator()
   for target, prediction in zip(targets, predictions):

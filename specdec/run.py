@@ -288,7 +288,7 @@ def write_outputs(output_dir: str | os.PathLike, records: Sequence[Mapping[str, 
   with open(output_dir / METRICS_FILE, 'w', encoding='utf-8') as f:
     json.dump(result, f, indent=2, ensure_ascii=False)
   if 'gin' in sys.modules:
-    import gin  # pylint: disable=g-import-not-at-top
+    import gin
     (output_dir / CONFIG_FILE).write_text(gin.operative_config_str(), encoding='utf-8')
 
 
@@ -334,7 +334,7 @@ def parse_args(argv: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
 
 def _check_macros(names: Sequence[str]) -> None:
   """Raises ValueError naming the first macro that is undefined or %gin.REQUIRED."""
-  import gin  # pylint: disable=g-import-not-at-top
+  import gin
   for name in names:
     try:
       value = gin.query_parameter(f'%{name}')
@@ -360,7 +360,7 @@ def __getattr__(name: str) -> Any:
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
   try:
-    import gin  # pylint: disable=g-import-not-at-top
+    import gin
   except ImportError as e:
     raise ImportError("specdec.run needs gin-config: pip install 'specdec[t5x]'") from e
   files, bindings, paths = parse_args(argv)

@@ -176,7 +176,7 @@ def shipped_checkpoint(pair: str = 'multi30k_ende', which: str = 'target') -> st
   Raises:
     ValueError: naming `pair` or `which` when there is no such checkpoint.
   """
-  from specdec import pretrained  # pylint: disable=g-import-not-at-top
+  from specdec import pretrained
   info = pretrained.pair_info(pair)
   if pair in pretrained.LM_PAIRS:
     raise ValueError(f'pair: {pair!r} is a decoder-only LM pair; its models are not '
@@ -580,8 +580,8 @@ def speculative_decode(*, inputs: Array, cache: Mapping[str, Array],
 # The models (built on first use: they subclass t5x classes).
 # ------------------------------------------------------------------------------
 def _model_classes() -> dict[str, type]:
-  import flax.core  # pylint: disable=g-import-not-at-top
-  from t5x import models  # pylint: disable=g-import-not-at-top
+  import flax.core
+  from t5x import models
 
   class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     """T5X's `EncoderDecoderModel`, predicting by speculative decoding.
@@ -782,7 +782,7 @@ def _target_only(params: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _with_draft_variables(target: Mapping[str, Any], draft: Mapping[str, Any]) -> Any:
-  import flax.core  # pylint: disable=g-import-not-at-top
+  import flax.core
   return flax.core.freeze({
       'params': {**target['params'], DRAFT_KEY: draft['params']},
       'params_axes': {**target['params_axes'], DRAFT_KEY: draft['params_axes']},

@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import jax  # pylint: disable=g-import-not-at-top
+import jax
 import numpy as np
 
 import specdec

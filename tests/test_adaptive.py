@@ -50,7 +50,7 @@ def vmapped_decode(target, draft, rule, sampling, seed):
   inputs = jnp.ones((1, 1), jnp.int32)
 
   def one(key):
-    return sample_lib._speculative_jit(target, draft, inputs, key, gamma=rule,  # pylint: disable=protected-access
+    return sample_lib._speculative_jit(target, draft, inputs, key, gamma=rule,
                                        max_new_tokens=NUM_NEW, sampling=sampling,
                                        eos_id=None)
 
@@ -118,7 +118,7 @@ def test_the_last_row_objective_keeps_the_law():
   inputs = jnp.ones((3, 1), jnp.int32)
 
   def one(key):
-    return sample_lib._speculative_jit(target, draft, inputs, key, gamma=rule,  # pylint: disable=protected-access
+    return sample_lib._speculative_jit(target, draft, inputs, key, gamma=rule,
                                        max_new_tokens=NUM_NEW, sampling=sampling,
                                        eos_id=None)
 
@@ -188,8 +188,8 @@ def test_a_scripted_past_only_schedule_keeps_the_law(monkeypatch):
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_greedy_adaptive_equals_greedy_target_on_llama_and_t5():
-  from t5_helpers import random_inputs, tiny_model as tiny_t5  # pylint: disable=import-outside-toplevel
-  from test_llama import ragged_inputs, tiny_model as tiny_llama  # pylint: disable=import-outside-toplevel
+  from t5_helpers import random_inputs, tiny_model as tiny_t5
+  from test_llama import ragged_inputs, tiny_model as tiny_llama
   rule = AutoGamma.from_c(0.3, gammas=(0, 1, 2, 4), prior=0.9, decay=0.5)
   llama_target = tiny_llama(0, num_layers=2)
   llama_draft = tiny_llama(1, hidden_size=16, num_heads=2, num_kv_heads=1,
@@ -335,7 +335,7 @@ def test_repeated_calls_compile_once():
   args = dict(gamma=RULE, max_new_tokens=6, sampling=SamplingConfig(1.0))
   specdec.speculative_sample(target, draft, jnp.ones((3, 1), jnp.int32),
                              jax.random.key(0), **args)
-  before = sample_lib._speculative_jit._cache_size()  # pylint: disable=protected-access
+  before = sample_lib._speculative_jit._cache_size()
   for seed in range(3):
     specdec.speculative_sample(target, draft, jnp.full((3, 1), 2, jnp.int32),
                                jax.random.key(seed), **args)
@@ -343,7 +343,7 @@ def test_repeated_calls_compile_once():
                         prior_weight=0.5, decay=0.3)
   specdec.speculative_sample(target, draft, jnp.ones((3, 1), jnp.int32),
                              jax.random.key(7), **dict(args, gamma=same_rule))
-  assert sample_lib._speculative_jit._cache_size() == before  # pylint: disable=protected-access
+  assert sample_lib._speculative_jit._cache_size() == before
 
 
 def test_the_decode_is_one_loop_with_one_inner_loop_per_gamma_and_no_switch():

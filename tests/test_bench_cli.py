@@ -38,7 +38,7 @@ class _Example:
 
 
 def test_options_come_from_the_config_fields():
-  import argparse  # pylint: disable=g-import-not-at-top
+  import argparse
   parser = argparse.ArgumentParser()
   cli.add_arguments(parser, _Example)
   config = cli.config_from_args(_Example, parser.parse_args(

@@ -249,10 +249,8 @@ def test_hf_written_file_is_what_transformers_expects(tmp_path, cfg_params):
 def test_the_old_module_names_are_aliases_of_specdec_io():
   """`specdec.checkpoints`, `specdec.checkpoints_gguf` and `specdec.tokenizer` keep
   every public name of the modules that moved to `specdec.io`, as the same objects."""
-  # pylint: disable=g-import-not-at-top
   from specdec import checkpoints_gguf, io, tokenizer
   from specdec.io import gguf, hf, t5x, tokenizer as io_tokenizer
-  # pylint: enable=g-import-not-at-top
   for alias, modules in ((checkpoints, (t5x, hf)), (checkpoints_gguf, (gguf,)),
                          (tokenizer, (io_tokenizer,))):
     for module in modules:

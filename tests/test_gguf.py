@@ -247,7 +247,7 @@ def test_load_gguf_in_bfloat16_casts_params_and_config(tiny_file):
 def test_logits_equal_transformers_on_the_same_file(tiny_file):
   pytest.importorskip('accelerate')
   transformers = pytest.importorskip('transformers')
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
   cfg, params = G.load_gguf(tiny_file)
   tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, (2, 12)).astype(np.int32)
   ours = np.asarray(llama.Llama(cfg, params).forward(jnp.asarray(tokens)))

@@ -250,9 +250,9 @@ def test_require_t5x_turns_skipped_t5x_tests_into_failures(tmp_path):
 def t5x_lib():
   pytest.importorskip('t5x.models', reason='t5x is not installed (not on PyPI; see '
                       'specdec.t5x for how to install it)')
-  import seqio  # pylint: disable=g-import-not-at-top
-  from t5x import decoding, models, partitioning, utils  # pylint: disable=g-import-not-at-top
-  from t5x.examples.t5 import network  # pylint: disable=g-import-not-at-top
+  import seqio
+  from t5x import decoding, models, partitioning, utils
+  from t5x.examples.t5 import network
   return dict(decoding=decoding, models=models, partitioning=partitioning,
               utils=utils, network=network, seqio=seqio)
 
@@ -444,7 +444,7 @@ def _inferences(out: pathlib.Path, task: str, mode: str, shards: int = 1) -> lis
 @pytest.mark.parametrize('infer_file', ['infer.gin', 'infer_decode_fn.gin'])
 def test_t5x_infer_runs_a_run_config(t5x_lib, tmp_path, infer_file):
   """`python -m t5x.infer` on a run file of configs/runs with a tiny pair."""
-  from test_run import tiny_pair_gin  # pylint: disable=g-import-not-at-top
+  from test_run import tiny_pair_gin
   del t5x_lib
   examples = 3
   tiny = tiny_pair_gin(tmp_path, 'wmt_ende_t0_small.gin')
@@ -514,7 +514,7 @@ DO_PREFIXES, DO_LENGTH = (3, 0, 5), 10
 def decoder_pair():
   """(target, draft): tiny T5X decoder-only networks, vocabulary 64; the draft is the
   target with noise added, so that it is accepted often but not always."""
-  from test_t5x_decoder import tiny_model  # pylint: disable=g-import-not-at-top
+  from test_t5x_decoder import tiny_model
   target = tiny_model(seed=2)
   noise = tiny_model(seed=3).params
   draft = target.replace(
@@ -537,7 +537,7 @@ def _decoder_batch():
 
 
 def _t5x_decoder_network(lib, cfg):
-  from test_t5x_decoder import t5x_module  # pylint: disable=g-import-not-at-top
+  from test_t5x_decoder import t5x_module
   return t5x_module(lib['decoder_only_network'], cfg)
 
 
@@ -573,7 +573,7 @@ def test_decoder_only_model_greedy_is_t5x_temperature_sample(
   target_dir, draft_dir = str(tmp_path / 'target'), str(tmp_path / 'draft')
   write_t5x_legacy(target_dir, target.params)
   write_t5x_legacy(draft_dir, draft.params)
-  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5x_decoder
   module = (t5x_decoder.Transformer(target.config) if network == 'specdec'
             else _t5x_decoder_network(lib, target.config))
   vocab = lib['seqio'].PassThroughVocabulary(size=64, eos_id=1)
@@ -628,9 +628,9 @@ def test_decoder_only_scores_are_t5x_rescaled_log_probs(t5x_decoder_lib, decoder
   (binary_search) logits of T5X's teacher-forced pass, summed over the kept tokens;
   at temperature 1 without masks, T5X's score_batch."""
   lib = t5x_decoder_lib
-  from t5x import binary_search  # pylint: disable=g-import-not-at-top
+  from t5x import binary_search
 
-  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5x_decoder
   target, draft = decoder_pair
   vocab = lib['seqio'].PassThroughVocabulary(size=64, eos_id=1)
   model = specdec_t5x.SpeculativeDecoderOnlyModel(
@@ -657,7 +657,7 @@ def test_decoder_only_scores_are_t5x_rescaled_log_probs(t5x_decoder_lib, decoder
   forced = {'decoder_input_tokens': jnp.asarray(np.pad(flat[:, :-1], ((0, 0), (1, 0)))),
             'decoder_target_tokens': jnp.ones(flat.shape, jnp.int32),
             'decoder_loss_weights': jnp.asarray(weights.astype(np.int32))}
-  logits = model._compute_logits(params, forced)  # pylint: disable=protected-access
+  logits = model._compute_logits(params, forced)
   scaled = logits / temperature
   if topk:
     scaled = binary_search.topk_mask(scaled, topk, -1e10)
@@ -682,7 +682,7 @@ def test_decoder_only_scores_are_t5x_rescaled_log_probs(t5x_decoder_lib, decoder
 def test_decode_fn_in_a_stock_t5x_decoder_only_model(t5x_decoder_lib, decoder_pair,
                                                      tmp_path):
   lib = t5x_decoder_lib
-  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5x_decoder
   target, draft = decoder_pair
   write_t5x_legacy(str(tmp_path), draft.params)
   module = _t5x_decoder_network(lib, target.config)
@@ -705,7 +705,7 @@ def test_decode_fn_in_a_stock_t5x_decoder_only_model(t5x_decoder_lib, decoder_pa
 @pytest.mark.t5x
 def test_decoder_only_model_rejects_bad_arguments(t5x_decoder_lib, decoder_pair):
   lib = t5x_decoder_lib
-  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5x_decoder
   target, draft = decoder_pair
   vocab = lib['seqio'].PassThroughVocabulary(size=64, eos_id=1)
   kwargs = dict(module=t5x_decoder.Transformer(target.config),
@@ -737,7 +737,7 @@ def _tiny_decoder_only_gin(directory: pathlib.Path) -> str:
   """A gin file that takes configs/runs/decoder_only_wmt_ende_t0.gin with a tiny
   random decoder-only pair (T5's full vocabulary, which the shipped SentencePiece
   model needs) in place of XXL and Base, and short sequences."""
-  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5x_decoder
   lines = ['from __gin__ import dynamic_registration',
            'from specdec.models import t5x_decoder',
            "include 'configs/runs/decoder_only_wmt_ende_t0.gin'"]

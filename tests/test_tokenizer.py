@@ -138,7 +138,7 @@ def test_user_defined_token_is_matched_whole(toy_file):
 
 
 def test_raise_exception_in_a_template_raises_its_message():
-  import jinja2  # pylint: disable=g-import-not-at-top
+  import jinja2
   tokens, merges, types = _toy_vocabulary()
   tok = tokenizer_lib.Tokenizer(
       tokens, merges, types, eos_id=2,

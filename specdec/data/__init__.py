@@ -177,8 +177,8 @@ def _processor(model_file: str, extra_ids: int):
   last piece being extra_id_0, exactly as seqio does: that makes them ids
   32000..32099 both when encoding ("<extra_id_0>" in text) and when decoding.
   """
-  import sentencepiece  # pylint: disable=g-import-not-at-top
-  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+  import sentencepiece
+  from sentencepiece import sentencepiece_model_pb2
   # The protobuf-generated module has no type information: ModelProto is unknown.
   proto = sentencepiece_model_pb2.ModelProto  # type: ignore[attr-defined]  # generated
   model = proto.FromString(_existing_file(model_file, 'model_file').read_bytes())

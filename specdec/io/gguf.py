@@ -75,7 +75,7 @@ GGUF_MAGIC = b'GGUF'
 
 def _gguf():
   try:
-    import gguf  # pylint: disable=g-import-not-at-top
+    import gguf
   except ImportError as e:
     raise ImportError(f'reading GGUF files needs the `gguf` package: {INSTALL_HINT}') from e
   return gguf

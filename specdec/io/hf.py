@@ -191,7 +191,7 @@ def load_hf(path: str | os.PathLike, cfg: t5.T5Config | None = None, *,
     ValueError: a missing key, an unexpected key, or a shape the config does not
       expect (named with both shapes), or tied copies of the embedding that differ.
   """
-  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  from safetensors import safe_open
   path = os.fspath(path)
   dtype = _tree.float_dtype(dtype)
   if cfg is None:
@@ -268,7 +268,7 @@ def export_hf(params: Mapping[str, Any], cfg: t5.T5Config) -> dict[str, np.ndarr
 def save_hf(directory: str | os.PathLike, params: Mapping[str, Any],
             cfg: t5.T5Config) -> None:
   """Writes `model.safetensors` and `config.json` for transformers into `directory`."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import save_file
   directory = os.fspath(directory)
   os.makedirs(directory, exist_ok=True)
   # transformers loads only files whose metadata says they hold PyTorch tensors.
@@ -298,7 +298,7 @@ def llama_hf_names(cfg: llama.LlamaConfig) -> dict[str, tuple[str, bool]]:
   transformers' `nn.Linear` weights are [out, in], our kernels [in, out]: transposed.
   The query/key rows need no permutation: both sides use the `rotate_half` layout.
   """
-  llama._check_config(cfg)  # pylint: disable=protected-access
+  llama._check_config(cfg)
   names = {'token_embedder/embedding': (HF_LLAMA_EMBEDDING, False),
            'final_norm/scale': ('model.norm.weight', False)}
   if not cfg.tie_word_embeddings:
@@ -442,7 +442,7 @@ def llama_config_to_hf(cfg: llama.LlamaConfig) -> dict[str, Any]:
   """A `config.json` dict for transformers' `LlamaForCausalLM`, as transformers 5
   writes one (`rope_parameters`), with `rope_theta` also at the top level for
   transformers 4. Token ids are left None: the config does not know them."""
-  llama._check_config(cfg)  # pylint: disable=protected-access
+  llama._check_config(cfg)
   return {
       'architectures': [HF_LLAMA_ARCHITECTURE],
       'model_type': 'llama',
@@ -485,7 +485,7 @@ def load_hf_llama(path: str | os.PathLike, *, dtype: DTypeLike | None = None
     ValueError: see `llama_config_from_hf` and `llama_params_from_hf`; or a path
       without those files.
   """
-  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  from safetensors import safe_open
   path = os.fspath(path)
   config_file = os.path.join(path, HF_CONFIG_FILE)
   if not os.path.isfile(config_file):
@@ -508,7 +508,7 @@ def save_hf_llama(path: str | os.PathLike, cfg: llama.LlamaConfig,
                   params: Mapping[str, Any]) -> None:
   """Writes `model.safetensors` and `config.json` that transformers' `LlamaForCausalLM
   .from_pretrained` loads (and `load_hf_llama` reads back) into directory `path`."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import save_file
   path = os.fspath(path)
   tensors = llama_params_to_hf(params, cfg)
   os.makedirs(path, exist_ok=True)

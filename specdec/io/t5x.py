@@ -131,7 +131,7 @@ class _ArraySource:
 
 
 def _tensorstore_source(spec: Mapping[str, Any], ckpt_dir: str, key: str) -> _ArraySource:
-  import tensorstore as ts  # pylint: disable=g-import-not-at-top
+  import tensorstore as ts
   spec = _absolute_ts_spec(spec, ckpt_dir, key)
   try:
     # TensorStore checks the zarr metadata against the shape the msgpack records.
@@ -177,7 +177,7 @@ def _legacy_sources(ckpt_file: str) -> dict[str, _ArraySource]:
 
 
 def _orbax_sources(state_dir: str) -> dict[str, _ArraySource]:
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp
   checkpointer = ocp.PyTreeCheckpointer()
   try:
     metadata = checkpointer.metadata(state_dir).item_metadata.tree
@@ -250,7 +250,7 @@ def save_t5x(model_dir: str | os.PathLike, params: Mapping[str, Any], step: int)
   relative paths `target.<dotted name>`. Arrays keep their dtype (bfloat16 included).
   Only the parameters are written: the result serves inference, not resumed training.
   """
-  import tensorstore as ts  # pylint: disable=g-import-not-at-top
+  import tensorstore as ts
   if isinstance(step, bool) or not isinstance(step, int) or step < 0:
     raise ValueError(f'step must be an int >= 0, got {step!r}')
   ckpt_dir = os.path.join(os.fspath(model_dir), f'checkpoint_{step}')

@@ -104,8 +104,8 @@ def bytes_to_unicode() -> dict[int, str]:
 @functools.lru_cache(maxsize=16)
 def _compile_template(template: str):
   """The template compiled as transformers' `_compile_jinja_template` does."""
-  import jinja2  # pylint: disable=g-import-not-at-top
-  from jinja2 import ext, sandbox  # pylint: disable=g-import-not-at-top
+  import jinja2
+  from jinja2 import ext, sandbox
 
   def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
@@ -116,7 +116,7 @@ def _compile_template(template: str):
                       sort_keys=sort_keys)
 
   def strftime_now(fmt):
-    import datetime  # pylint: disable=g-import-not-at-top
+    import datetime
     return datetime.datetime.now().strftime(fmt)
 
   env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
@@ -144,10 +144,8 @@ class Tokenizer:
                unk_id: int | None = None, chat_template: str | None = None,
                add_bos: bool = False, add_eos: bool = False, pre: str | None = None):
     _imports()
-    # pylint: disable=g-import-not-at-top
     import tokenizers
     from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
-    # pylint: enable=g-import-not-at-top
     tokens = list(tokens)
     if not tokens:
       raise ValueError('tokens: the vocabulary is empty')
@@ -216,7 +214,7 @@ class Tokenizer:
       ValueError: naming the path, when the file has no tokenizer or one that is not
         byte-level BPE (`tokenizer.ggml.model` other than "gpt2").
     """
-    from specdec.io import gguf  # pylint: disable=g-import-not-at-top
+    from specdec.io import gguf
     return cls.from_reader(gguf.open_gguf(path), source=os.fspath(path))
 
   @classmethod
