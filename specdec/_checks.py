@@ -25,7 +25,7 @@ def check_positive_int(name: str, value: Any) -> int:
 def check_lenience(lenience: Any) -> float:
   """`lenience` as a float in (0, 1], or a ValueError naming it (Appendix A.5)."""
   if (isinstance(lenience, (bool, np.bool_)) or not isinstance(lenience, numbers.Real)
-      or math.isnan(lenience) or not 0.0 < lenience <= 1.0):
+      or math.isnan(lenience) or not 0.0 < float(lenience) <= 1.0):
     raise ValueError(f"lenience must be a number in (0, 1] (1: exact Algorithm 1), "
                      f"got {lenience!r}")
   return float(lenience)
@@ -59,5 +59,5 @@ def check_common(model: DecodeModel, name: str, inputs: Any, max_new_tokens: Any
   if eos_id is not None:
     if isinstance(eos_id, (bool, np.bool_)) or not isinstance(eos_id, numbers.Integral):
       raise TypeError(f"eos_id must be an int or None, got {eos_id!r}")
-    if not 0 <= eos_id < model.vocab_size:
+    if not 0 <= int(eos_id) < model.vocab_size:
       raise ValueError(f"eos_id must be in [0, {model.vocab_size}), got {eos_id}")

@@ -9,7 +9,7 @@ neither.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from specdec import _optional
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import flax.struct
 import jax
@@ -45,8 +45,8 @@ class SpeculativeStats:
   beta_count: Array
   rejected: Array
   nonfinite: Array
-  gamma_counts: Optional[Array] = None
-  alpha_trace: Optional[Array] = None
+  gamma_counts: Array | None = None
+  alpha_trace: Array | None = None
   gammas: tuple[int, ...] = flax.struct.field(pytree_node=False, default=())
 
   @classmethod
@@ -112,9 +112,11 @@ class SampleOutput:
   tokens: Array
   lengths: Array
   stats: Any
-  log_probs: Optional[Array] = None
+  log_probs: Array | None = None
 
   @property
   def scores(self) -> Array:
     """float32[B]: the log-probability of each row's output (sum of `log_probs`)."""
+    if self.log_probs is None:
+      raise ValueError('scores: this output has no log_probs')
     return jnp.sum(self.log_probs, axis=-1)

@@ -22,12 +22,13 @@ Wall times exclude compilation: the first batch is decoded once before timing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 import json
 import os
 import pathlib
 import sys
 import time
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -102,7 +103,7 @@ def _timed(fn, *args, **kwargs):
 
 def example_records(examples: Sequence[Mapping[str, str]], predictions: Sequence[str],
                     stats: Mapping[str, np.ndarray], times: np.ndarray,
-                    baseline: Optional[Mapping[str, Any]] = None) -> list[dict]:
+                    baseline: Mapping[str, Any] | None = None) -> list[dict]:
   """One JSON-ready record per example.
 
   Args:
@@ -138,7 +139,7 @@ def example_records(examples: Sequence[Mapping[str, str]], predictions: Sequence
 def summarize(records: Sequence[Mapping[str, Any]], stats: Mapping[str, np.ndarray],
               metric: str, gamma: int, sampling: SamplingConfig,
               batch_times: Sequence[float],
-              baseline_batch_times: Optional[Sequence[float]]) -> dict[str, Any]:
+              baseline_batch_times: Sequence[float] | None) -> dict[str, Any]:
   """The metrics JSON of a run: the task's scores ('bleu', or 'rouge1', 'rouge2',
   'rougeLsum'), the speculative statistics, and wall times.
 
@@ -151,7 +152,7 @@ def summarize(records: Sequence[Mapping[str, Any]], stats: Mapping[str, np.ndarr
   score = metrics_lib.metric_fn(metric)
   alpha = float(np.sum(stats['beta_sum']) / max(int(np.sum(stats['beta_count'])), 1))
   iterations = int(np.sum(stats['iterations']))
-  result = {
+  result: dict[str, Any] = {
       'num_examples': len(records), 'gamma': gamma,
       'temperature': sampling.temperature, 'top_k': sampling.top_k,
       'top_p': sampling.top_p,
@@ -179,7 +180,7 @@ def evaluate(*, task: str, task_feature_lengths: Mapping[str, int], batch_size: 
              target_module: Any, draft_module: Any, target_checkpoint_path: str,
              draft_checkpoint_path: str, gamma: int, sampling: SamplingConfig,
              output_dir: str, seed: int = 0, baseline: bool = True,
-             max_examples: Optional[int] = None) -> dict[str, Any]:
+             max_examples: int | None = None) -> dict[str, Any]:
   """Decodes a task with a target/draft pair and writes predictions and metrics.
 
   Args:
@@ -224,12 +225,16 @@ def evaluate(*, task: str, task_feature_lengths: Mapping[str, int], batch_size: 
   examples = data.load_examples(task)[:max_examples]
   vocab = data.Vocabulary()
   encoded = np.stack([vocab.encode_padded(e['inputs'], input_length) for e in examples])
-  decode_kwargs = dict(max_new_tokens=max_new_tokens, sampling=sampling,
-                       eos_id=data.EOS_ID)
+  decode_kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, sampling=sampling,
+                                       eos_id=data.EOS_ID)
   stat_keys = ('length', 'iterations', 'drafted', 'accepted', 'beta_sum', 'beta_count')
-  stats = {k: [] for k in stat_keys}
-  tokens, times, batch_times = [], [], []
-  base_tokens, base_times, base_batch_times = [], [], []
+  stat_rows: dict[str, list[np.ndarray]] = {k: [] for k in stat_keys}
+  token_rows: list[np.ndarray] = []
+  base_token_rows: list[np.ndarray] = []
+  times: list[float] = []
+  batch_times: list[float] = []
+  base_times: list[float] = []
+  base_batch_times: list[float] = []
   for i, start in enumerate(range(0, len(examples), batch_size)):
     rows = encoded[start:start + batch_size]
     real = len(rows)
@@ -242,26 +247,26 @@ def evaluate(*, task: str, task_feature_lengths: Mapping[str, int], batch_size: 
         jax.block_until_ready(autoregressive_sample(target, rows, rng, **decode_kwargs))
     out, seconds = _timed(speculative_sample, target, draft, rows, rng, gamma=gamma,
                           **decode_kwargs)
-    tokens.append(np.asarray(out.tokens)[:real])
+    token_rows.append(np.asarray(out.tokens)[:real])
     batch_times.append(seconds)
     times += [seconds] * real
     for key, value in (('length', out.lengths), ('iterations', out.stats.iterations),
                        ('drafted', out.stats.drafted), ('accepted', out.stats.accepted),
                        ('beta_sum', out.stats.beta_sum),
                        ('beta_count', out.stats.beta_count)):
-      stats[key].append(np.asarray(value)[:real])
+      stat_rows[key].append(np.asarray(value)[:real])
     if baseline:
       base, seconds = _timed(autoregressive_sample, target, rows, rng, **decode_kwargs)
-      base_tokens.append(np.asarray(base.tokens)[:real])
+      base_token_rows.append(np.asarray(base.tokens)[:real])
       base_batch_times.append(seconds)
       base_times += [seconds] * real
 
-  tokens = np.concatenate(tokens)
-  stats = {k: np.concatenate(v) for k, v in stats.items()}
+  tokens = np.concatenate(token_rows)
+  stats = {k: np.concatenate(v) for k, v in stat_rows.items()}
   predictions = [vocab.decode(row) for row in tokens]
   baseline_info = None
   if baseline:
-    base_tokens = np.concatenate(base_tokens)
+    base_tokens = np.concatenate(base_token_rows)
     baseline_info = {'predictions': [vocab.decode(row) for row in base_tokens],
                      'tokens_equal': np.all(base_tokens == tokens, axis=1),
                      'times': np.asarray(base_times)}

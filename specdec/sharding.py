@@ -16,14 +16,15 @@ is and moves activations instead, so the parameters are never gathered.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+import dataclasses
+from typing import Any
 
-from flax import linen as nn
-from flax import traverse_util
+from flax import linen as nn, traverse_util
 from flax.linen import partitioning as nn_partitioning
 import jax
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import numpy as np
 
 from specdec.models import llama, t5
 
@@ -86,6 +87,8 @@ def _named_sharding(logical: PartitionSpec, shape: Sequence[int], mesh: Mesh,
   unevenly (e.g. T5-small's 6 heads on 4 'model' devices): such arrays are small.
   """
   mesh_axes = nn.logical_to_mesh_axes(tuple(logical), rules)
+  if mesh_axes is None:  # flax returns None only for logical axes None
+    raise ValueError(f'logical axes {logical!r}: none given')
   if len(mesh_axes) != len(shape):
     raise ValueError(f'logical axes {tuple(logical)} do not match shape {tuple(shape)}')
 
@@ -123,7 +126,8 @@ def shard_params(params: Any, cfg: Config, mesh: Mesh,
 def shard_model(model: Model, mesh: Mesh,
                 rules: LogicalRules = LOGICAL_AXIS_RULES) -> Model:
   """`model` with its parameters placed on `mesh`."""
-  return model.replace(params=shard_params(model.params, model.config, mesh, rules))
+  return dataclasses.replace(model,
+                             params=shard_params(model.params, model.config, mesh, rules))
 
 
 def state_shardings(state: t5.T5State | llama.LlamaState, mesh: Mesh,

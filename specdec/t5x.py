@@ -45,10 +45,12 @@ when first used and raise an ImportError saying how to install it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+import dataclasses
 import functools
 import importlib.resources
 import os
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 from flax import traverse_util
 import jax
@@ -57,8 +59,7 @@ import numpy as np
 
 from specdec.io import load_t5x
 from specdec.distributions import SamplingConfig
-from specdec.models import t5
-from specdec.models import t5x_decoder
+from specdec.models import t5, t5x_decoder
 from specdec.sample import SampleOutput, check_positive_int, speculative_sample
 
 Array = jax.Array
@@ -113,7 +114,7 @@ def config_of(module: Any, name: str = 'module') -> t5.T5Config:
     raise TypeError(f"{name} must be specdec.models.t5.Transformer or T5X's "
                     f't5x.examples.t5.network.Transformer, got {type(module).__name__}')
   # gin and T5X may give mlp_activations as a list; a jit-static config must hash.
-  config = config.replace(mlp_activations=tuple(config.mlp_activations))
+  config = dataclasses.replace(config, mlp_activations=tuple(config.mlp_activations))
   t5.check_config(config)
   return config
 
@@ -138,7 +139,7 @@ def decoder_only_config_of(module: Any, name: str = 'module'
     raise TypeError(f'{name} must be specdec.models.t5x_decoder.Transformer or T5X\'s '
                     't5x.examples.decoder_only.network.DecoderWrapper, got '
                     f'{type(module).__name__}')
-  config = config.replace(mlp_activations=tuple(config.mlp_activations))
+  config = dataclasses.replace(config, mlp_activations=tuple(config.mlp_activations))
   t5x_decoder.check_config(config)
   return config
 
@@ -157,7 +158,7 @@ def gin_search_path() -> str:
     FileNotFoundError: the package has no `configs/` (a broken installation).
   """
   package = importlib.resources.files('specdec')
-  if not package.joinpath('configs', 'runs', 'infer.gin').is_file():
+  if not (package / 'configs' / 'runs' / 'infer.gin').is_file():
     raise FileNotFoundError(f'specdec is installed without its gin configs: no '
                             f'configs/runs/infer.gin under {package}; reinstall it')
   return str(package)
@@ -175,7 +176,7 @@ def shipped_checkpoint(pair: str = 'multi30k_ende', which: str = 'target') -> st
   Raises:
     ValueError: naming `pair` or `which` when there is no such checkpoint.
   """
-  from specdec import pretrained  # pylint: disable=g-import-not-at-top
+  from specdec import pretrained
   info = pretrained.pair_info(pair)
   if pair in pretrained.LM_PAIRS:
     raise ValueError(f'pair: {pair!r} is a decoder-only LM pair; its models are not '
@@ -224,7 +225,7 @@ def _check_shapes(path: Any, found: Mapping[str, Any], want: Mapping[str, Any]) 
 
 def insert_draft_checkpoint(state_dict: Mapping[str, Any],
                             target_state_dict: Mapping[str, Any], *,
-                            is_resuming: bool = False, path: Optional[str] = None,
+                            is_resuming: bool = False, path: str | None = None,
                             dtype: Any = None) -> dict[str, Any]:
   """A T5X restore transformation that adds the draft checkpoint to the state read.
 
@@ -306,7 +307,7 @@ def _sorted_by_score(batch: int, num_decodes: int, tokens: Array, scores: Array,
   return sort(tokens), sort(scores), {k: sort(v) for k, v in stats.items()}
 
 
-def decode(target: t5.T5, draft: t5.T5, inputs: Array, rng: Optional[Array], *,
+def decode(target: t5.T5, draft: t5.T5, inputs: Array, rng: Array | None, *,
            max_decode_length: int, num_decodes: int, eos_id: int, gamma: int,
            sampling: SamplingConfig) -> tuple[Array, Array, dict[str, Array]]:
   """num_decodes speculative decodes of each row of an encoder-decoder, sorted as T5X
@@ -355,7 +356,7 @@ def _decode(target, draft, inputs, rng, *, max_decode_length, num_decodes, eos_i
 
 def decode_decoder_only(target: t5x_decoder.T5XDecoder,
                         draft: t5x_decoder.T5XDecoder, inputs: Array,
-                        rng: Optional[Array], *, num_decodes: int, eos_id: int,
+                        rng: Array | None, *, num_decodes: int, eos_id: int,
                         gamma: int, sampling: SamplingConfig
                         ) -> tuple[Array, Array, dict[str, Array]]:
   """num_decodes speculative decodes of each prompt, as T5X's `DecoderOnlyModel`
@@ -404,6 +405,8 @@ def _decode_decoder_only(target, draft, inputs, rng, *, num_decodes, eos_id, gam
   budget = length - t5x_decoder.prefix_lengths(flat)  # [N], T5X's tokens per row
   kept = jnp.arange(length)[None] < budget[:, None]
   tokens = jnp.where(kept, out.tokens, 0)
+  if out.log_probs is None:  # speculative_sample always returns them
+    raise ValueError('speculative_sample returned no log_probs to score the decodes')
   scores = jnp.sum(jnp.where(kept, out.log_probs, 0.0), axis=1)
   return _sorted_by_score(inputs.shape[0], num_decodes, tokens, scores,
                           _stats(out, jnp.minimum(out.lengths, budget)))
@@ -439,7 +442,7 @@ def _model_from_callback(tokens_to_logits: Callable[..., Any]
   with `params` and `max_decode_length` only; the model, params and (encoder-decoder)
   raw inputs are all a chunked target needs.
   """
-  func = getattr(tokens_to_logits, 'func', None)
+  func: Any = getattr(tokens_to_logits, 'func', None)
   keywords = getattr(tokens_to_logits, 'keywords', {})
   if (not isinstance(tokens_to_logits, functools.partial)
       or getattr(func, '__name__', None) != '_compute_logits_from_slice'
@@ -473,10 +476,10 @@ def with_prefix(inputs: Array, decodes: Array) -> Array:
 
 def speculative_decode(*, inputs: Array, cache: Mapping[str, Array],
                        tokens_to_logits: Callable[..., Any], eos_id: int,
-                       num_decodes: int = 1, decode_rng: Optional[Array] = None,
-                       cache_offset: int = 0, initial_index: Optional[Array] = None,
+                       num_decodes: int = 1, decode_rng: Array | None = None,
+                       cache_offset: int = 0, initial_index: Array | None = None,
                        draft_module: Any = None,
-                       draft_checkpoint_path: Optional[str] = None, gamma: int = 7,
+                       draft_checkpoint_path: str | None = None, gamma: int = 7,
                        temperature: float = 1.0, topk: int = 0, topp: float = 0.0,
                        **kwargs) -> tuple[Array, Array]:
   """Speculative decoding with T5X's `decode_fn` convention (like `temperature_sample`).
@@ -560,14 +563,14 @@ def speculative_decode(*, inputs: Array, cache: Mapping[str, Array],
                                 sampling=sampling)
     return decodes, scores
   bidirectional = bool(getattr(model, '_inputs_bidirectional_attention', False))
-  target = t5x_decoder.T5XDecoder(
+  lm_target = t5x_decoder.T5XDecoder(
       decoder_only_config_of(model.module, "the T5X model's module"),
       keywords['params'], bidirectional_prefix=bidirectional)
-  draft_config = decoder_only_config_of(draft_module, 'draft_module')
-  _check_pair(target.config, draft_config)
-  draft = t5x_decoder.T5XDecoder(draft_config, _draft_params(path, draft_config),
-                                 bidirectional_prefix=bidirectional)
-  decodes, scores, _ = decode_decoder_only(target, draft, inputs, decode_rng,
+  lm_draft_config = decoder_only_config_of(draft_module, 'draft_module')
+  _check_pair(lm_target.config, lm_draft_config)
+  lm_draft = t5x_decoder.T5XDecoder(lm_draft_config, _draft_params(path, lm_draft_config),
+                                    bidirectional_prefix=bidirectional)
+  decodes, scores, _ = decode_decoder_only(lm_target, lm_draft, inputs, decode_rng,
                                            num_decodes=num_decodes, eos_id=eos_id,
                                            gamma=gamma, sampling=sampling)
   return with_prefix(inputs, decodes), scores
@@ -577,8 +580,8 @@ def speculative_decode(*, inputs: Array, cache: Mapping[str, Array],
 # The models (built on first use: they subclass t5x classes).
 # ------------------------------------------------------------------------------
 def _model_classes() -> dict[str, type]:
-  from t5x import models  # pylint: disable=g-import-not-at-top
-  import flax.core  # pylint: disable=g-import-not-at-top
+  import flax.core
+  from t5x import models
 
   class SpeculativeEncoderDecoderModel(models.EncoderDecoderModel):
     """T5X's `EncoderDecoderModel`, predicting by speculative decoding.
@@ -779,15 +782,15 @@ def _target_only(params: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _with_draft_variables(target: Mapping[str, Any], draft: Mapping[str, Any]) -> Any:
-  import flax.core  # pylint: disable=g-import-not-at-top
+  import flax.core
   return flax.core.freeze({
       'params': {**target['params'], DRAFT_KEY: draft['params']},
       'params_axes': {**target['params_axes'], DRAFT_KEY: draft['params_axes']},
   })
 
 
-def _decoder_params(decoder_params: Optional[Mapping[str, Any]], rng: Optional[Array],
-                    default_eos_id: int) -> tuple[Optional[Array], int]:
+def _decoder_params(decoder_params: Mapping[str, Any] | None, rng: Array | None,
+                    default_eos_id: int) -> tuple[Array | None, int]:
   """(rng, eos_id) from `predict_batch_with_aux`'s `rng` and `decoder_params`."""
   decoder_params = dict(decoder_params or {})
   unknown = sorted(set(decoder_params) - set(_DECODER_PARAMS))

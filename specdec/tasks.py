@@ -3,9 +3,9 @@ Multi30k pair; `import` registers them.
 
 | task | data | preprocessing | metric |
 |---|---|---|---|
-| `specdec_wmt14_ende` | newstest2014, 3003 segments, shipped | "translate English to German: " | BLEU |
-| `specdec_cnn_dailymail` | 250 CNN/DM test examples, shipped | "summarize: " | ROUGE |
-| `specdec_multi30k_ende` | Multi30k test 2016, 1000 captions, shipped | the WMT task's | BLEU |
+| `specdec_wmt14_ende` | newstest2014, 3003 segments | "translate English to German: " | BLEU |
+| `specdec_cnn_dailymail` | 250 CNN/DM test examples | "summarize: " | ROUGE |
+| `specdec_multi30k_ende` | Multi30k test 2016, 1000 captions | the WMT task's | BLEU |
 | `specdec_wmt14_ende_tfds` | TFDS `wmt14_translate/de-en:1.0.0` | the same | BLEU |
 | `specdec_cnn_dailymail_tfds` | TFDS `cnn_dailymail:3.4.0` | the same | ROUGE |
 

@@ -13,12 +13,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import jax  # pylint: disable=g-import-not-at-top
+import jax
 import numpy as np
 
 import specdec
 from specdec import sharding
 from specdec.models import t5
+
 from t5_helpers import random_inputs, tiny_model
 
 GAMMA = 3

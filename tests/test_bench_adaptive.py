@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from specdec import adaptive
-from specdec.bench import __main__ as bench_main
-from specdec.bench import adaptive as bench_adaptive
+from specdec.bench import __main__ as bench_main, adaptive as bench_adaptive
 
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
@@ -132,18 +131,18 @@ def test_every_batch_size_reads_the_costs_and_prior_of_the_draft_it_decodes_with
 
 def test_the_bootstrap_intervals_hold_the_ratios_and_widen_with_their_spread():
   from types import SimpleNamespace
-  out = lambda n: [SimpleNamespace(lengths=np.asarray([10]))] * n  # noqa: E731
+  out = lambda n: [SimpleNamespace(lengths=np.asarray([10]))] * n
   rng = np.random.default_rng(0)
   base = list(rng.uniform(1.0, 2.0, 16))
   steady = {"baseline": (base, out(16)), "adaptive": ([b / 2 for b in base], out(16)),
             "gamma=1": ([b / 1.5 for b in base], out(16)),
             "gamma=2": ([b / 1.6 for b in base], out(16))}
-  r = bench_adaptive._bootstrap(steady, (1, 2))  # pylint: disable=protected-access
+  r = bench_adaptive._bootstrap(steady, (1, 2))
   assert np.allclose(r["adaptive_speedup_interval"], [2.0, 2.0])
   assert np.allclose(r["adaptive_over_best_fixed_interval"], [1.25, 1.25])
   # Per-input ratios that scatter (sampled text): an interval around the total ratio.
   noisy = dict(steady, adaptive=([b / rng.uniform(1.0, 3.0) for b in base], out(16)))
-  lo, hi = bench_adaptive._bootstrap(noisy, (1, 2))["adaptive_speedup_interval"]  # pylint: disable=protected-access
+  lo, hi = bench_adaptive._bootstrap(noisy, (1, 2))["adaptive_speedup_interval"]
   total = sum(base) / sum(noisy["adaptive"][0])
   assert lo < total < hi and hi - lo > 0.1
 

@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-from specdec.bench import SUBCOMMANDS, cli, sampler
-from specdec.bench import __main__ as bench_main
+from specdec.bench import SUBCOMMANDS, __main__ as bench_main, cli, sampler
 
 
 def test_every_subcommand_has_a_config_a_run_and_a_render():
@@ -39,7 +38,7 @@ class _Example:
 
 
 def test_options_come_from_the_config_fields():
-  import argparse  # pylint: disable=g-import-not-at-top
+  import argparse
   parser = argparse.ArgumentParser()
   cli.add_arguments(parser, _Example)
   config = cli.config_from_args(_Example, parser.parse_args(

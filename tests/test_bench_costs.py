@@ -49,8 +49,9 @@ def test_preset_shapes_instead_of_the_shipped_pair():
                                   draft_config="t5_1_1_small", max_chunk=2, rounds=1,
                                   steps=2))
   assert (result["pair"], result["draft"]) == ("t5_1_1_small", "t5_1_1_small")
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from specdec.models import t5  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp
+
+  from specdec.models import t5
   cfg = t5.CONFIGS["t5_1_1_small"].replace(dtype=jnp.float32)
   expected = sum(int(w.size) * 4 for w, _ in t5.decode_matrices(
       cfg, t5.random_params(cfg)).values())

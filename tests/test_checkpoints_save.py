@@ -2,11 +2,11 @@
 
 import os
 
+from flax import serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import serialization
 
 from specdec.io.t5x import load_t5x, save_t5x
 from specdec.models import t5

@@ -10,15 +10,13 @@ import sys
 import jax.numpy as jnp
 import pytest
 
-gin = pytest.importorskip('gin', reason="gin-config is not installed (specdec[t5x])")
-from gin import config_parser  # pylint: disable=g-import-not-at-top
+pytest.importorskip('gin', reason="gin-config is not installed (specdec[t5x])")
+import gin
+from gin import config_parser
 
-from specdec import data
-from specdec import pretrained
-from specdec import t5x as specdec_t5x
+from specdec import data, pretrained, t5x as specdec_t5x
 from specdec.distributions import SamplingConfig
-from specdec.models import t5
-from specdec.models import t5x_decoder
+from specdec.models import t5, t5x_decoder
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS = REPO / 'configs'
@@ -194,7 +192,7 @@ def test_output_dir_is_required():
 def test_t5x_files_build_their_model(path, monkeypatch):
   t5x_infer = pytest.importorskip('t5x.infer', reason='t5x is not installed (not on '
                                   'PyPI; see specdec.t5x)')
-  import t5x  # pylint: disable=g-import-not-at-top
+  import t5x
   # T5X's runs/infer.gin binds `__main__.infer`, which `python -m t5x.infer` provides.
   monkeypatch.setattr(sys.modules['__main__'], 'infer', t5x_infer.infer, raising=False)
   gin.add_config_file_search_path(str(pathlib.Path(t5x.__file__).parent.parent))
@@ -213,7 +211,7 @@ def test_t5x_files_build_their_model(path, monkeypatch):
   if path.name == 'infer_decoder_only.gin':
     assert type(model).__name__ == 'SpeculativeDecoderOnlyModel'
     assert model.gamma == 7 and model.sampling == SamplingConfig(temperature=0.0)
-    assert model._inputs_bidirectional_attention  # pylint: disable=protected-access
+    assert model._inputs_bidirectional_attention
   if path.name in ('infer.gin', 'multi30k_ende_infer.gin'):
     assert type(model).__name__ == 'SpeculativeEncoderDecoderModel'
     assert model.gamma == 7 and model.sampling == SamplingConfig(temperature=0.0)

@@ -1,13 +1,11 @@
 """Temperature, top-k and top-p give the distributions they promise, in float32."""
 
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
-
 from scipy import stats as scipy_stats
 
 from specdec import distributions

@@ -15,15 +15,15 @@ import collections
 import functools
 import re
 
-import numpy as np
-import pytest
-
 import jax
-import jax.numpy as jnp
 from jax import export
+
 # The MLIR parser with StableHLO's dialects registered, as jax.export itself uses it.
 from jax._src.interpreters import mlir as jax_mlir
 from jax._src.lib.mlir import ir
+import jax.numpy as jnp
+import numpy as np
+import pytest
 
 import specdec
 from specdec import pretrained
@@ -41,7 +41,7 @@ XLA_CUSTOM_CALLS = frozenset({'Sharding', 'SPMDFullToShardShape', 'SPMDShardToFu
 KERNEL_TARGETS = frozenset(name for name, _ in cpu.ALL_TARGETS)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pair(family):
   """(target, draft, inputs int32[2, 6]) packed as `specdec.pretrained` packs on a CPU.
 

@@ -218,8 +218,8 @@ def _collect_module():
 def _write_run(out: pathlib.Path, name: str, task: str, temperature: float, gamma: int,
                alpha: float, speedup: float | None) -> dict:
   """A run directory as specdec.run writes it, through specdec.run's own functions."""
-  from specdec import run  # pylint: disable=g-import-not-at-top
-  from specdec.distributions import SamplingConfig  # pylint: disable=g-import-not-at-top
+  from specdec import run
+  from specdec.distributions import SamplingConfig
   records = [{'targets': 'Das ist ein Haus .', 'prediction': 'Das ist ein Haus .',
               'baseline_prediction': 'Das ist ein Haus .', 'baseline_tokens_equal': True},
              {'targets': 'Ein Hund läuft .', 'prediction': 'Der Hund läuft .',
@@ -311,7 +311,7 @@ def test_collect_without_runs(tmp_path):
 def _pyproject_version() -> str:
   text = (REPO / 'pyproject.toml').read_text()
   try:
-    import tomllib  # pylint: disable=g-import-not-at-top
+    import tomllib
   except ImportError:  # Python 3.10
     return re.search(r'^version\s*=\s*"([^"]+)"', text, re.MULTILINE).group(1)
   return tomllib.loads(text)['project']['version']

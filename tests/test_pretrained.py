@@ -104,7 +104,7 @@ def test_the_distilled_draft_is_shipped_and_decodes_exactly(pair, expected):
 
 
 def test_longest_word_run_counts_repeats_in_a_row():
-  from specdec import metrics  # pylint: disable=g-import-not-at-top
+  from specdec import metrics
   assert metrics.longest_word_run("") == 0
   assert metrics.longest_word_run("Ein Hund läuft.") == 1
   assert metrics.longest_word_run("auf einem grünen grünen grünen grünen Rasen") == 4
@@ -154,8 +154,8 @@ def test_load_pair_gives_a_pair_that_unpacks_as_three_with_its_card(pair):
 
 
 def test_a_pair_pickles_and_copies_with_its_card():
-  import copy  # pylint: disable=g-import-not-at-top
-  import pickle  # pylint: disable=g-import-not-at-top
+  import copy
+  import pickle
   card = pretrained.Card("multi30k_ende", "draft", {"name": "multi30k_ende"},
                          pretrained.pair_dir("multi30k_ende") / "MODEL_CARD.md")
   pair = pretrained.Pair("target", "draft", "tokenizer", card)
@@ -165,7 +165,7 @@ def test_a_pair_pickles_and_copies_with_its_card():
 
 
 def test_the_t5_tokenizer_is_the_vocabulary_under_the_shared_protocol(pair):
-  from specdec.io import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from specdec.io import tokenizer as tokenizer_lib
   tok = pair.tokenizer
   assert isinstance(tok, tokenizer_lib.T5Tokenizer) and isinstance(tok, data.Vocabulary)
   assert isinstance(tok, tokenizer_lib.TextTokenizer)
@@ -245,7 +245,7 @@ def test_the_target_translates_a_fixed_slice_of_test_2016(pair):
   68 of 128 outputs repeating a word, the phase-2 target 14.0 with 1 of 128 (and 2.3 %
   of all 1,000 at the length limit)."""
   pytest.importorskip("sacrebleu")
-  from specdec import metrics  # pylint: disable=g-import-not-at-top
+  from specdec import metrics
   target, _, vocab = pair
   pairs = pretrained.test_sentences()[:128]
   out = specdec.autoregressive_sample(target, _inputs(vocab, [s for s, _ in pairs]),

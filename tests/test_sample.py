@@ -15,8 +15,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 import specdec
-from specdec import sample as sample_lib
-from specdec import verify as verify_lib
+from specdec import sample as sample_lib, verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
 from helpers import (CHI2_PVALUE, GREEDY, NUM_NEW, ConstantLM, bigram_model,
                      chi_square_pvalue, context_model, emission_probabilities,
@@ -225,7 +224,7 @@ def test_stats_count_every_token_produced():
   np.testing.assert_array_equal(out.lengths, np.minimum(produced, max_new))
   # The last iteration overshoots by at most gamma tokens.
   assert (produced >= max_new).all() and (produced < max_new + gamma + 1).all()
-  assert ((0 <= out.stats.alpha_hat) & (out.stats.alpha_hat <= 1)).all()
+  assert ((out.stats.alpha_hat >= 0) & (out.stats.alpha_hat <= 1)).all()
 
 
 @pytest.mark.parametrize("gamma", [2, 5])
@@ -344,7 +343,7 @@ def test_the_decode_is_one_while_loop_with_one_target_call_per_iteration():
 
   target = specdec.CausalLM.from_fn(target_fn, vocab)
   draft = bigram_model(table * 0.5)
-  fn = lambda i, k: specdec.speculative_sample(  # noqa: E731
+  fn = lambda i, k: specdec.speculative_sample(
       target, draft, i, k, gamma=4, max_new_tokens=9, sampling=SamplingConfig(1.0)).tokens
   jaxpr = jax.make_jaxpr(fn)(jnp.ones((2, 1), jnp.int32), jax.random.key(0))
   text = str(jaxpr)

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import jax
-import pytest
 from jax.sharding import PartitionSpec as P
+import pytest
 
 from specdec import sharding
 from specdec.models import t5

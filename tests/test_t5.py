@@ -2,17 +2,27 @@
 
 import dataclasses
 
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import traverse_util
 
 import specdec
 from specdec.models import t5
 from specdec.models.base import DecodeModel
-from t5_helpers import (MAX_LENGTH, extend, full_logits, init, random_inputs, rewind,
-                        standard_batch, tiny_model, while_body_instructions)
+
+from t5_helpers import (
+  MAX_LENGTH,
+  extend,
+  full_logits,
+  init,
+  random_inputs,
+  rewind,
+  standard_batch,
+  tiny_model,
+  while_body_instructions,
+)
 
 TOL = dict(atol=2e-5, rtol=2e-5)
 GREEDY = specdec.SamplingConfig(temperature=0.0)
@@ -198,15 +208,17 @@ def test_out_of_range_ids_raise_when_concrete(model, batch):
     bad = inputs.copy()
     bad[0, 2] = bad_id
     on_device = jnp.asarray(bad)
-    for call in (lambda: model.init(bad, MAX_LENGTH), lambda: model.encode(bad),
-                 lambda: model.init(on_device, MAX_LENGTH),
+    for call in (lambda bad=bad: model.init(bad, MAX_LENGTH),
+                 lambda bad=bad: model.encode(bad),
+                 lambda on_device=on_device: model.init(on_device, MAX_LENGTH),
                  # Concrete ids closed over by a traced function are still checked.
-                 lambda: jax.eval_shape(lambda: model.init(on_device, 4))):
+                 lambda on_device=on_device: jax.eval_shape(
+                     lambda: model.init(on_device, 4))):
       with pytest.raises(ValueError, match=rf'inputs.*\[{min(bad_id, 0)}, '):
         call()
     tokens = jnp.full((3, 1), bad_id, jnp.int32)
     with pytest.raises(ValueError, match='tokens'):
-      jax.eval_shape(lambda: model.extend(state, tokens))
+      jax.eval_shape(lambda tokens=tokens: model.extend(state, tokens))
   largest = jnp.full((3, 1), vocab - 1, jnp.int32)
   jax.eval_shape(lambda: model.extend(state, largest))
 

@@ -109,7 +109,7 @@ def test_mask_is_causal_outside_the_prefix_and_both_ways_inside():
 def test_the_module_refuses_t5x_one_token_decoding():
   model = tiny_model()
   tokens = jnp.ones((1, 3), jnp.int32)
-  with pytest.raises(ValueError, match='decode/prefill: .* no T5X one-token cache'):
+  with pytest.raises(ValueError, match=r'decode/prefill: .* no T5X one-token cache'):
     model.module.apply({'params': model.params}, tokens, tokens, decode=True)
 
 

@@ -6,8 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from specdec import data
-from specdec import metrics
+from specdec import data, metrics
 
 HOUSE = 'The house is wonderful.'
 HOUSE_IDS = [13959, 1566, 12, 2968, 10, 37, 629, 19, 1627, 5, 1]
@@ -103,19 +102,19 @@ def test_metrics_of_references_against_themselves_are_perfect():
 @pytest.fixture(scope='module')
 def seqio_tasks():
   pytest.importorskip('seqio', reason="seqio is not installed (specdec[t5x])")
-  import specdec.tasks  # pylint: disable=g-import-not-at-top
+  import specdec.tasks
   return specdec.tasks
 
 
 def _dataset(task, lengths=None):
-  import seqio  # pylint: disable=g-import-not-at-top
+  import seqio
   return seqio.get_mixture_or_task(task).get_dataset(
       sequence_length=lengths or LENGTHS, split='test', shuffle=False)
 
 
 def test_seqio_wmt_task_encodes_as_t5(seqio_tasks):
-  import seqio  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import seqio
+  import tensorflow as tf
   source = seqio.FunctionDataSource(
       lambda split, shuffle_files: tf.data.Dataset.from_tensor_slices(
           {'en': [HOUSE], 'de': ['Das Haus ist wunderbar.']}), splits=['test'])
@@ -143,7 +142,7 @@ def test_seqio_tasks_yield_the_shipped_examples_as_specdec_run_sees_them(
 
 
 def test_seqio_vocabulary_and_metrics(seqio_tasks):
-  import seqio  # pylint: disable=g-import-not-at-top
+  import seqio
   vocab = seqio_tasks.vocabulary()
   assert vocab.vocab_size == 32100 and vocab.eos_id == 1
   assert vocab.decode(HOUSE_IDS + [0, 7]) == data.Vocabulary().decode(HOUSE_IDS)
@@ -156,7 +155,7 @@ def test_seqio_vocabulary_and_metrics(seqio_tasks):
 
 
 def test_tfds_variants_are_registered_and_not_read(seqio_tasks):
-  import seqio  # pylint: disable=g-import-not-at-top
+  import seqio
   for task, tfds_name in ((seqio_tasks.WMT_TFDS_TASK, 'wmt14_translate/de-en:1.0.0'),
                           (seqio_tasks.CNNDM_TFDS_TASK, 'cnn_dailymail:3.4.0')):
     registered = seqio.get_mixture_or_task(task)
@@ -171,8 +170,9 @@ def test_local_source_rejects_other_splits(seqio_tasks):
 
 
 def test_seqio_multi30k_task_yields_the_shipped_pairs_test_set(seqio_tasks):
-  import seqio  # pylint: disable=g-import-not-at-top
-  from specdec import pretrained  # pylint: disable=g-import-not-at-top
+  import seqio
+
+  from specdec import pretrained
   pairs = pretrained.test_sentences('multi30k_ende')
   examples = list(_dataset(seqio_tasks.MULTI30K_TASK, {'inputs': 64, 'targets': 64})
                   .as_numpy_iterator())

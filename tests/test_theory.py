@@ -1,5 +1,7 @@
 """Section 3's formulas reproduce the paper's tables and behave at the edges."""
 
+import itertools
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -141,8 +143,8 @@ def test_lenience_one_is_bit_for_bit_the_exact_acceptance():
 def test_lenient_acceptance_rises_to_one_as_lenience_falls():
   for p, q in _random_pairs(2):
     lenience = [1.0, 0.8, 0.5, 0.3, 0.1, 0.01]
-    alphas = [float(theory.acceptance(p, q, lenience=l)) for l in lenience]
-    assert all(b >= a - 1e-12 for a, b in zip(alphas, alphas[1:]))
+    alphas = [float(theory.acceptance(p, q, lenience=ell)) for ell in lenience]
+    assert all(b >= a - 1e-12 for a, b in itertools.pairwise(alphas))
     assert alphas[-1] <= 1.0 + 1e-12
     # Once l <= min p / q over q's support, every draft is accepted.
     l_all = float(np.min(p[q > 0] / q[q > 0]))
@@ -167,8 +169,8 @@ def test_expected_tokens_with_lenient_alpha_is_equation_1():
   # Eq. 1 holds for any per-draft acceptance probability: with alpha_l it is the
   # mean of the truncated geometric n + 1 whose success probability is alpha_l.
   p, q = _random_pairs(4, count=1)[0]
-  for l in (1.0, 0.5, 0.1):
-    alpha_l = float(theory.acceptance(p, q, lenience=l))
+  for ell in (1.0, 0.5, 0.1):
+    alpha_l = float(theory.acceptance(p, q, lenience=ell))
     for gamma in (1, 4, 8):
       k = np.arange(1, gamma + 2)
       pk = np.append(alpha_l ** (k[:-1] - 1) * (1 - alpha_l), alpha_l ** gamma)

@@ -4,12 +4,13 @@ import os
 
 import pytest
 
-gguf = pytest.importorskip('gguf')
+pytest.importorskip('gguf')
 pytest.importorskip('tokenizers')
 pytest.importorskip('jinja2')
+import gguf
 
-from specdec import pretrained  # noqa: E402
-from specdec.io import tokenizer as tokenizer_lib  # noqa: E402
+from specdec import pretrained
+from specdec.io import tokenizer as tokenizer_lib
 
 CHATML = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -137,7 +138,7 @@ def test_user_defined_token_is_matched_whole(toy_file):
 
 
 def test_raise_exception_in_a_template_raises_its_message():
-  import jinja2  # pylint: disable=g-import-not-at-top
+  import jinja2
   tokens, merges, types = _toy_vocabulary()
   tok = tokenizer_lib.Tokenizer(
       tokens, merges, types, eos_id=2,
@@ -157,12 +158,12 @@ def test_bad_inputs_raise_naming_them(toy_file):
     tok.decode([0, len(tokens)])
   with pytest.raises(TypeError, match='text must be a str'):
     tok.encode(b'bytes')
-  with pytest.raises(ValueError, match="pre: tokenizer.ggml.pre 'unheard-of'"):
+  with pytest.raises(ValueError, match=r"pre: tokenizer.ggml.pre 'unheard-of'"):
     tokenizer_lib.Tokenizer(tokens, merges, types, pre='unheard-of')
   with pytest.raises(ValueError, match='eos_id: 9999 is outside'):
     tokenizer_lib.Tokenizer(tokens, merges, types, eos_id=9999)
   meta = {'tokenizer.ggml.model': 'llama', 'tokenizer.ggml.tokens': tokens}
-  with pytest.raises(ValueError, match="tokenizer.ggml.model 'llama' is not supported"):
+  with pytest.raises(ValueError, match=r"tokenizer.ggml.model 'llama' is not supported"):
     tokenizer_lib.Tokenizer.from_metadata(meta)
   with pytest.raises(ValueError, match='no tokenizer in the metadata'):
     tokenizer_lib.Tokenizer.from_metadata({})

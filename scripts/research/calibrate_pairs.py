@@ -4,12 +4,12 @@
         [--temperatures=0,1] [--rounds=2]
 
 Writes `specdec/weights/<pair>/costs.json`: {draft: {temperature: {batch: StepCosts}}},
-each measured
-by `specdec.adaptive.calibrate` (compiled-loop timings of one target step, one
-verification call per gamma + 1 of `AutoGamma`'s set and one draft step; and one
+each measured by `specdec.adaptive.calibrate` (compiled-loop timings of one target step,
+one verification call per gamma + 1 of `AutoGamma`'s set and one draft step; and one
 iteration of the AutoGamma decode loop forced to each gamma, beside the baseline
-decode, greedy or sampled at the temperature) on the pair's first held-out prompts. Run it on a quiet machine: a loaded one
-reads high. Each (pair, draft, batch size, temperature) runs in a process of its own: one process
+decode, greedy or sampled at the temperature) on the pair's first held-out prompts.
+Run it on a quiet machine: a loaded one reads high. Each (pair, draft, batch size,
+temperature) runs in a process of its own: one process
 compiling every batch size's loops exceeds Linux's default limit on memory mappings
 (vm.max_map_count 65530), and LLVM then fails with "Cannot allocate memory".
 """

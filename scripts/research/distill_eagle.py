@@ -33,26 +33,27 @@ Stages (each reads the previous one's files in --eagle_dir):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import dataclasses
 import glob
 import json
 import os
 import time
-from typing import Any, Sequence
+from typing import Any
 
+from absl import app, flags
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import app, flags
 
 from specdec.bench.cli import write_json
 from specdec import pretrained
 from specdec.distributions import SamplingConfig
 from specdec.drafts import eagle
 
-import lm_decodes
 from common import log
+import lm_decodes
 from lm_decodes import NAME
 from lm_evaluation import speculative_stats
 from lm_training import final_hidden

@@ -24,10 +24,10 @@ import json
 import os
 import time
 
+from absl import app, flags, logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags, logging
 
 from specdec import data, metrics as metrics_lib, pretrained, theory
 from specdec.bench import alpha as alpha_lib
@@ -216,8 +216,8 @@ def main(argv):
     q = quality(hyps, [r for _, r in pairs], hit_limit)
     metrics["quality"][name] = q
     metrics["bleu"][name] = q["bleu"]
-    translations[name] = [dict(en=s, de=r, output=h, hit_limit=l)
-                          for (s, r), h, l in zip(pairs, hyps, hit_limit)]
+    translations[name] = [dict(en=s, de=r, output=h, hit_limit=limit)
+                          for (s, r), h, limit in zip(pairs, hyps, hit_limit)]
     logging.warning("%s %s", name, q)
     alpha_inputs = inputs[:FLAGS.alpha_sentences]
     metrics["sentences"][name] = dict(bleu=len(pairs), alpha=len(alpha_inputs))

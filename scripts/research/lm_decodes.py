@@ -9,12 +9,13 @@ stage adds the target's top-k log-probabilities along each decode beside it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import functools
 import glob
 import json
 import os
 import time
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -162,7 +163,7 @@ def decode_batch_transformers(model, tok, ids: Sequence[Sequence[int]],
   """`decode_batch` by transformers' `generate` (`model`: a `LlamaForCausalLM`):
   the same prompt ids, left-padded with an attention mask; plain sampling at
   `temperature` (no top-k or top-p), greedy at 0; the same output arrays."""
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
   left, mask = left_padded(ids, tok.pad_id)
   width = left.shape[1]
   torch.manual_seed(seed)
@@ -186,7 +187,7 @@ def decode_batch_transformers(model, tok, ids: Sequence[Sequence[int]],
 def transformers_target(dtype_name: str = 'bfloat16'):
   """The target as transformers' `LlamaForCausalLM` (`pretrained.load_lm_transformers`)
   on all the machine's cores."""
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
   torch.set_num_threads(os.cpu_count() or 1)
   return pretrained.load_lm_transformers(NAME, dtype_name)
 
@@ -316,7 +317,7 @@ def top_log_probs_transformers(model, prompts: Sequence[np.ndarray],
   its response tokens [R] left-padded into one teacher-forced pass (positions from
   the attention mask), the log-probabilities of response positions 0..R-1; `chunk`
   rows per pass. (values float32 [B, R, k], ids int32 [B, R, k])."""
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
   rows, response = tokens.shape
   values = np.zeros((rows, response, top_k), np.float32)
   ids = np.zeros((rows, response, top_k), np.int32)

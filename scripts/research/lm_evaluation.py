@@ -10,9 +10,10 @@ over `lm_decodes`' cached batches and gathers what pair.json records.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import json
 import os
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp

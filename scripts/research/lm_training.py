@@ -12,12 +12,13 @@ gradient clipping; validation on the held-out prompts' decodes, early stopping a
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 import dataclasses
 import functools
 import json
 import os
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import flax.serialization
 import jax

@@ -20,8 +20,8 @@ from absl import app, flags
 
 from specdec.bench.cli import write_json
 
-import train_pair  # the presets the pair was trained with
 from common import config_json
+import train_pair  # the presets the pair was trained with
 
 FLAGS = flags.FLAGS
 
@@ -109,8 +109,8 @@ def main(argv):
       info[which]["training"]["teacher"] = (
           "the target's greedy outputs on Multi30k train (max 48 tokens), "
           "scripts/research/train_pair.py --draft_data=distill")
-  for split, files in TEST_SETS.items():
-    for lang, name in files.items():
+  for files in TEST_SETS.values():
+    for name in files.values():
       shutil.copyfile(os.path.join(FLAGS.multi30k_dir, name), out / name)
   write_json(str(previous), info)
   print(f"packaged {FLAGS.name} into {out}")

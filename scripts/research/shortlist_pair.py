@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 from absl import app, flags
+import numpy as np
 
 from specdec import data, pretrained
 from specdec.models import t5

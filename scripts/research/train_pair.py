@@ -26,19 +26,19 @@ a small fraction of a target step.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 import dataclasses
 import json
 import os
 import time
-from typing import Iterator, Sequence
 
+from absl import app, flags, logging
 import flax.linen as nn
 import flax.serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import app, flags, logging
 
 from specdec.bench.cli import write_json
 from specdec.io.t5x import load_t5x, save_t5x
@@ -398,7 +398,7 @@ def train_model(name: str, model_cfg: t5.T5Config, train_examples, val_examples,
   if steps_per_epoch < 1:
     raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(train_examples)} "
                      "training examples")
-  total_steps = max(1, int(round(cfg.epochs * steps_per_epoch)))
+  total_steps = max(1, round(cfg.epochs * steps_per_epoch))
   if cfg.output_vocab not in ("full", "train"):
     raise ValueError(f"output_vocab must be 'full' or 'train', got {cfg.output_vocab!r}")
   output_ids = (jnp.asarray(output_vocabulary(train_examples, model_cfg.vocab_size))

@@ -20,11 +20,12 @@ Only the standard library is used.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 import json
 import pathlib
 import re
 import sys
-from typing import Any, Iterable, Optional
+from typing import Any
 
 METRICS_FILE = 'metrics.json'
 CONFIG_FILE = 'config.gin'
@@ -43,7 +44,7 @@ _PATH_DRAFT = re.compile(r't5_1_1_(small|base|large)(?![a-z])')
 MISSING = '-'
 
 
-def _draft_of(run_dir: pathlib.Path, metrics: dict[str, Any]) -> Optional[str]:
+def _draft_of(run_dir: pathlib.Path, metrics: dict[str, Any]) -> str | None:
   """'small' / 'base' / 'large', or None when nothing says."""
   match = _RUN_NAME.search(run_dir.name)
   if match:
@@ -101,7 +102,7 @@ def _number(value: Any, fmt: str) -> str:
   return format(value, fmt)
 
 
-def cell(metrics: Optional[dict[str, Any]]) -> str:
+def cell(metrics: dict[str, Any] | None) -> str:
   """'gamma / alpha / speed-up' of one run, e.g. '7 / 0.75 / 3.40X'."""
   if metrics is None:
     return MISSING
@@ -176,7 +177,7 @@ def render(out_dir: str | pathlib.Path, with_details: bool = False,
   return text
 
 
-def main(argv: Optional[Iterable[str]] = None) -> int:
+def main(argv: Iterable[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('out_dir', help='the OUT of run_table2_specdec.sh')
   parser.add_argument('--details', action='store_true',

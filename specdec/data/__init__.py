@@ -16,13 +16,13 @@ preprocessing in seqio tasks, so both see identical examples.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import functools
 import gzip
 import json
 import os
 import pathlib
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -177,13 +177,14 @@ def _processor(model_file: str, extra_ids: int):
   last piece being extra_id_0, exactly as seqio does: that makes them ids
   32000..32099 both when encoding ("<extra_id_0>" in text) and when decoding.
   """
-  import sentencepiece  # pylint: disable=g-import-not-at-top
-  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
-  model = sentencepiece_model_pb2.ModelProto.FromString(
-      _existing_file(model_file, 'model_file').read_bytes())
+  import sentencepiece
+  from sentencepiece import sentencepiece_model_pb2
+  # The protobuf-generated module has no type information: ModelProto is unknown.
+  proto = sentencepiece_model_pb2.ModelProto  # type: ignore[attr-defined]  # generated
+  model = proto.FromString(_existing_file(model_file, 'model_file').read_bytes())
   for i in reversed(range(extra_ids)):
     model.pieces.add(piece=f'▁<extra_id_{i}>', score=0.0,
-                     type=sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED)
+                     type=proto.SentencePiece.USER_DEFINED)
   processor = sentencepiece.SentencePieceProcessor()
   processor.LoadFromSerializedProto(model.SerializeToString())
   return processor
@@ -219,7 +220,7 @@ class Vocabulary:
       raise TypeError(f'text must be a str, got {type(text).__name__}')
     return self._sp.EncodeAsIds(text)
 
-  def decode(self, ids: Sequence[int]) -> str:
+  def decode(self, ids: Sequence[int] | np.ndarray) -> str:
     """ids -> text, up to the first EOS; padding decodes to nothing."""
     ids = [int(i) for i in ids]
     if EOS_ID in ids:

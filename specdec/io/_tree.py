@@ -4,7 +4,8 @@ readers (a missing key, an unexpected key or a wrong shape named with both shape
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from flax import traverse_util
 import jax.numpy as jnp

@@ -17,15 +17,16 @@ head of `q_proj` and `k_proj`; `unpermute_rope_rows` undoes it (as transformers'
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import os
-from typing import Any, Mapping
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
 from specdec import _optional
-from specdec.io.hf import llama_config_from_hf, llama_params_from_hf
 from specdec.io._tree import DTypeLike
+from specdec.io.hf import llama_config_from_hf, llama_params_from_hf
 
 __all__ = ['ARCHITECTURE', 'INSTALL_HINT', 'GLOBAL_NAMES', 'LAYER_NAMES', 'CONFIG_KEYS',
            'REQUIRED_CONFIG_KEYS', 'DEFAULT_ROPE_THETA', 'DEFAULT_CONTEXT_LENGTH',
@@ -74,7 +75,7 @@ GGUF_MAGIC = b'GGUF'
 
 
 def _gguf():
-  return _optional.require('gguf', 'lm', purpose='reading GGUF files')
+from specdec import _optional
 
 
 def open_gguf(path: str | os.PathLike):
@@ -142,7 +143,7 @@ def hf_config(reader) -> dict[str, Any]:
   scaling = meta.get('llama.rope.scaling.type', 'none')
   if scaling not in ('none', None) or meta.get('llama.rope.scaling.factor', 1.0) != 1.0:
     raise ValueError(f'llama.rope.scaling.type: RoPE scaling {scaling!r} is not supported')
-  cfg = {'model_type': 'llama', 'architectures': ['LlamaForCausalLM']}
+  cfg: dict[str, Any] = {'model_type': 'llama', 'architectures': ['LlamaForCausalLM']}
   for key, hf_key in CONFIG_KEYS.items():
     if f'llama.{key}' in meta:
       cfg[hf_key] = meta[f'llama.{key}']

@@ -14,10 +14,11 @@ key and both shapes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import json
 import os
 import re
-from typing import Any, Mapping
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -215,7 +216,7 @@ def load_hf(path: str | os.PathLike, cfg: t5.T5Config | None = None, *,
       handle = safe_open(file, framework='np')
     except Exception as e:  # safetensors raises its own error types.
       raise ValueError(f'path: {file} is not a safetensors file: {e}') from e
-    for name in handle.keys():
+    for name in handle.keys():  # noqa: SIM118 - safe_open has keys() but no __iter__
       handles[name] = handle
       shapes[name] = tuple(handle.get_slice(name).get_shape())
 
@@ -300,7 +301,7 @@ def llama_hf_names(cfg: llama.LlamaConfig) -> dict[str, tuple[str, bool]]:
   transformers' `nn.Linear` weights are [out, in], our kernels [in, out]: transposed.
   The query/key rows need no permutation: both sides use the `rotate_half` layout.
   """
-  llama._check_config(cfg)  # pylint: disable=protected-access
+  llama._check_config(cfg)
   names = {'token_embedder/embedding': (HF_LLAMA_EMBEDDING, False),
            'final_norm/scale': ('model.norm.weight', False)}
   if not cfg.tie_word_embeddings:
@@ -444,7 +445,7 @@ def llama_config_to_hf(cfg: llama.LlamaConfig) -> dict[str, Any]:
   """A `config.json` dict for transformers' `LlamaForCausalLM`, as transformers 5
   writes one (`rope_parameters`), with `rope_theta` also at the top level for
   transformers 4. Token ids are left None: the config does not know them."""
-  llama._check_config(cfg)  # pylint: disable=protected-access
+  llama._check_config(cfg)
   return {
       'architectures': [HF_LLAMA_ARCHITECTURE],
       'model_type': 'llama',
@@ -501,7 +502,7 @@ def load_hf_llama(path: str | os.PathLike, *, dtype: DTypeLike | None = None
   for file in _hf_files(path):
     try:
       with safe_open(file, framework='np') as handle:
-        for name in handle.keys():
+        for name in handle.keys():  # noqa: SIM118 - safe_open has keys() but no __iter__
           tensors[name] = handle.get_tensor(name)
     except Exception as e:  # safetensors raises its own error types.
       raise ValueError(f'path: {file} is not a safetensors file: {e}') from e

@@ -14,10 +14,11 @@ reader checks the tree (`check_shapes`) before reading any array.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 import copy
 import os
 import re
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from flax import serialization, traverse_util
 import jax
@@ -103,22 +104,22 @@ def _is_ts_spec(value: Any) -> bool:
 def _absolute_ts_spec(spec: Mapping[str, Any], ckpt_dir: str, key: str) -> dict:
   """The spec with its checkpoint-relative path made absolute (T5X writes relative
   paths so that checkpoints can move), minus the creation-only metadata."""
-  spec = copy.deepcopy(dict(spec))
-  metadata = spec.get('metadata', {})
+  out = copy.deepcopy(dict(spec))
+  metadata = out.get('metadata', {})
   metadata.pop('chunks', None)
   metadata.pop('compressor', None)
-  kvstore = spec.get('kvstore')
+  kvstore = out.get('kvstore')
   if isinstance(kvstore, Mapping) and 'path' in kvstore:
     if kvstore.get('driver') not in ('file', 'gfile'):
       raise ValueError(f'{key}: only local checkpoints are supported, this array is '
                        f'on kvstore driver {kvstore.get("driver")!r}')
-    spec['kvstore'] = {'driver': 'file', 'path': os.path.join(ckpt_dir, kvstore['path'])}
-  elif 'path' in spec:  # tensorstore < 0.1.14 wrote the path at the top level.
-    spec['kvstore'] = {'driver': 'file',
-                       'path': os.path.join(ckpt_dir, spec.pop('path'))}
+    out['kvstore'] = {'driver': 'file', 'path': os.path.join(ckpt_dir, kvstore['path'])}
+  elif 'path' in out:  # tensorstore < 0.1.14 wrote the path at the top level.
+    out['kvstore'] = {'driver': 'file',
+                      'path': os.path.join(ckpt_dir, out.pop('path'))}
   else:
-    raise ValueError(f'{key}: malformed TensorStore spec (no path): {spec}')
-  return spec
+    raise ValueError(f'{key}: malformed TensorStore spec (no path): {out}')
+  return out
 
 
 class _ArraySource:
@@ -131,7 +132,7 @@ class _ArraySource:
 
 
 def _tensorstore_source(spec: Mapping[str, Any], ckpt_dir: str, key: str) -> _ArraySource:
-  import tensorstore as ts  # pylint: disable=g-import-not-at-top
+  import tensorstore as ts
   spec = _absolute_ts_spec(spec, ckpt_dir, key)
   try:
     # TensorStore checks the zarr metadata against the shape the msgpack records.
@@ -204,7 +205,10 @@ def _orbax_sources(state_dir: str) -> dict[str, _ArraySource]:
         raise ValueError(f'path: cannot restore {state_dir}: {e}') from e
     return cache[dtype]
 
-  return {k: _ArraySource(m.shape, lambda dtype, k=k: restore_all(dtype)[k])
+  def reader(k: str) -> Callable[[np.dtype | None], np.ndarray]:
+    return lambda dtype: restore_all(dtype)[k]
+
+  return {k: _ArraySource(m.shape, reader(k))
           for k, m in _tree.flatten(target_meta).items()}
 
 
@@ -248,7 +252,7 @@ def save_t5x(model_dir: str | os.PathLike, params: Mapping[str, Any], step: int)
   relative paths `target.<dotted name>`. Arrays keep their dtype (bfloat16 included).
   Only the parameters are written: the result serves inference, not resumed training.
   """
-  import tensorstore as ts  # pylint: disable=g-import-not-at-top
+  import tensorstore as ts
   if isinstance(step, bool) or not isinstance(step, int) or step < 0:
     raise ValueError(f'step must be an int >= 0, got {step!r}')
   ckpt_dir = os.path.join(os.fspath(model_dir), f'checkpoint_{step}')

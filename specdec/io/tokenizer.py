@@ -24,10 +24,11 @@ transformers' `apply_chat_template` renders it (a sandboxed Jinja environment wi
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 import functools
 import json
 import os
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from specdec import _optional, data
 
@@ -81,7 +82,7 @@ def _imports():
     _optional.require(module, 'lm', purpose='the GGUF tokenizer')
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bytes_to_unicode() -> dict[int, str]:
   """GPT-2's byte -> printable character table (the ByteLevel alphabet)."""
   bs = (list(range(ord('!'), ord('~') + 1)) + list(range(ord('¡'), ord('¬') + 1))
@@ -112,7 +113,7 @@ def _compile_template(template: str):
                       sort_keys=sort_keys)
 
   def strftime_now(fmt):
-    import datetime  # pylint: disable=g-import-not-at-top
+    import datetime
     return datetime.datetime.now().strftime(fmt)
 
   env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
@@ -173,12 +174,12 @@ class Tokenizer:
       if not set(token) <= alphabet:
         token = ''.join(spelling[b] for b in token.encode('utf-8'))
       vocab[token] = index  # the last of duplicates wins, as in transformers
-    pairs = []
+    pairs: list[tuple[str, str]] = []
     for merge in merges:
       parts = merge.split(' ')
       if len(parts) != 2:
         raise ValueError(f'merges: {merge!r} is not two tokens separated by one space')
-      pairs.append(tuple(parts))
+      pairs.append((parts[0], parts[1]))
     backend = tokenizers.Tokenizer(models.BPE(
         vocab=vocab, merges=pairs, dropout=None, continuing_subword_prefix='',
         end_of_word_suffix='', fuse_unk=False))
@@ -205,25 +206,25 @@ class Tokenizer:
     self._backend = backend
 
   @classmethod
-  def from_gguf(cls, path: str | os.PathLike) -> 'Tokenizer':
+  def from_gguf(cls, path: str | os.PathLike) -> Tokenizer:
     """The tokenizer a GGUF file's `tokenizer.*` metadata describes.
 
     Raises:
       ValueError: naming the path, when the file has no tokenizer or one that is not
         byte-level BPE (`tokenizer.ggml.model` other than "gpt2").
     """
-    from specdec.io import gguf  # pylint: disable=g-import-not-at-top
+    from specdec.io import gguf
     return cls.from_reader(gguf.open_gguf(path), source=os.fspath(path))
 
   @classmethod
-  def from_reader(cls, reader, source: str = 'GGUF file') -> 'Tokenizer':
+  def from_reader(cls, reader, source: str = 'GGUF file') -> Tokenizer:
     """From an open `gguf.GGUFReader` (`specdec.io.gguf.open_gguf`), read once for
     both the model and its tokenizer."""
     return cls.from_metadata({key: field.contents() for key, field in reader.fields.items()
                               if key.startswith('tokenizer.')}, source=source)
 
   @classmethod
-  def from_metadata(cls, meta: Mapping[str, Any], source: str = 'metadata') -> 'Tokenizer':
+  def from_metadata(cls, meta: Mapping[str, Any], source: str = 'metadata') -> Tokenizer:
     """From {GGUF key: value} (`tokenizer.ggml.tokens`, `tokenizer.ggml.merges`, ...)."""
     model = meta.get('tokenizer.ggml.model')
     if model is None or 'tokenizer.ggml.tokens' not in meta:
@@ -236,7 +237,7 @@ class Tokenizer:
       raise ValueError(f'{source}: tokenizer.ggml.merges missing (a BPE vocabulary needs '
                        'its merges)')
     get = meta.get
-    return cls(get('tokenizer.ggml.tokens'), get('tokenizer.ggml.merges'),
+    return cls(meta['tokenizer.ggml.tokens'], meta['tokenizer.ggml.merges'],
                get('tokenizer.ggml.token_type'),
                bos_id=get('tokenizer.ggml.bos_token_id'),
                eos_id=get('tokenizer.ggml.eos_token_id'),

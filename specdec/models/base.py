@@ -17,7 +17,9 @@ and must never be attended to.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+import dataclasses
+from typing import Any, Protocol, runtime_checkable
 
 import flax.struct
 import jax
@@ -33,10 +35,12 @@ class DecodeModel(Protocol):
   """What `speculative_sample` and `autoregressive_sample` need of Mp and Mq.
 
   Attributes:
-    vocab_size: V, the size of the logits' last axis.
+    vocab_size: V, the size of the logits' last axis (a field or a property).
   """
 
-  vocab_size: int
+  @property
+  def vocab_size(self) -> int:
+    ...
 
   def init(self, inputs: Array, max_length: int) -> State:
     """Prepares a decode of `inputs` [B, S] that will feed `max_length` more tokens.
@@ -225,7 +229,7 @@ class CausalLM:
 
   @classmethod
   def from_fn(cls, logits_fn: Callable[..., Array], vocab_size: int,
-              max_length: int | None = None, params: Any = None) -> "CausalLM":
+              max_length: int | None = None, params: Any = None) -> CausalLM:
     """Wraps `logits_fn(tokens[B, T]) -> logits[B, T, V]` (or `(tokens, params)`)."""
     if not callable(logits_fn):
       raise TypeError(f"logits_fn must be callable, got {type(logits_fn).__name__}")
@@ -265,7 +269,7 @@ class CausalLM:
     return logits, CausalLMState(tokens=buffer, lengths=state.lengths + k)
 
   def rewind(self, state: CausalLMState, lengths: Array) -> CausalLMState:
-    return state.replace(lengths=rewound(state.lengths, lengths))
+    return dataclasses.replace(state, lengths=rewound(state.lengths, lengths))
 
   def lengths(self, state: CausalLMState) -> Array:
     return state.lengths

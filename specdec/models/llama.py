@@ -39,14 +39,15 @@ for one backend without touching the rest.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping
+import itertools
+from typing import Any
 
-import flax.struct
-from flax import linen as nn
-from flax import traverse_util
+from flax import linen as nn, traverse_util
 from flax.linen import partitioning as nn_partitioning
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -106,15 +107,17 @@ class LlamaConfig:
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f'config.num_kv_heads={self.num_kv_heads} must divide '
                        f'config.num_heads={self.num_heads}')
-    if self.head_dim is None:
+    head_dim = self.head_dim
+    if head_dim is None:
       if self.hidden_size % self.num_heads:
         raise ValueError(f'config.head_dim: none given and num_heads={self.num_heads} '
                          f'does not divide hidden_size={self.hidden_size}')
-      object.__setattr__(self, 'head_dim', self.hidden_size // self.num_heads)
-    _check_positive_int('config.head_dim', self.head_dim)
-    if self.head_dim % 2:
+      head_dim = self.hidden_size // self.num_heads
+      object.__setattr__(self, 'head_dim', head_dim)
+    _check_positive_int('config.head_dim', head_dim)
+    if head_dim % 2:
       raise ValueError(f'config.head_dim must be even (rotary embeddings pair its '
-                       f'halves), got {self.head_dim}')
+                       f'halves), got {head_dim}')
     for name in ('rope_theta', 'rms_norm_eps'):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -135,6 +138,13 @@ class LlamaConfig:
   def num_groups(self) -> int:
     """G = H / KV, query heads per key/value head."""
     return self.num_heads // self.num_kv_heads
+
+
+def _head_dim(cfg: LlamaConfig) -> int:
+  """hd: `cfg.head_dim`, which `LlamaConfig.__post_init__` resolves to an int."""
+  if cfg.head_dim is None:
+    raise ValueError('config.head_dim: unresolved (LlamaConfig.__post_init__ sets it)')
+  return cfg.head_dim
 
 
 def _check_positive_int(name: str, value: Any) -> None:
@@ -395,9 +405,9 @@ class Attention(nn.Module):
   def setup(self):
     cfg = self.config
     joined = ('embed', 'joined_kv')
-    self.query = Dense(cfg.num_heads * cfg.head_dim, joined, cfg.dtype)
-    self.key = Dense(cfg.num_kv_heads * cfg.head_dim, joined, cfg.dtype)
-    self.value = Dense(cfg.num_kv_heads * cfg.head_dim, joined, cfg.dtype)
+    self.query = Dense(cfg.num_heads * _head_dim(cfg), joined, cfg.dtype)
+    self.key = Dense(cfg.num_kv_heads * _head_dim(cfg), joined, cfg.dtype)
+    self.value = Dense(cfg.num_kv_heads * _head_dim(cfg), joined, cfg.dtype)
     self.out = Dense(cfg.hidden_size, ('joined_kv', 'embed'), cfg.dtype)
 
   def project(self, x: Array, cos: Array, sin: Array) -> tuple[Array, Array, Array]:
@@ -501,7 +511,7 @@ class Transformer(nn.Module):
     cfg = self.config
     batch, length = tokens.shape
     positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
-    cos, sin = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
+    cos, sin = rope_angles(positions, _head_dim(cfg), cfg.rope_theta)
     visible = jnp.tril(jnp.ones((length, length), jnp.bool_))
     y = self.token_embedder(tokens)
     for layer in self.layers:
@@ -532,7 +542,7 @@ class Transformer(nn.Module):
     cfg = self.config
     capacity = caches[0][0].shape[1]
     positions = lengths[:, None] + jnp.arange(tokens.shape[1])  # [B, k]
-    cos, sin = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
+    cos, sin = rope_angles(positions, _head_dim(cfg), cfg.rope_theta)
     visible = (jnp.arange(capacity)[None, None, :]
                <= positions[:, :, None])[:, None, None]  # [B, 1, 1, k, T]
     y = self.token_embedder(tokens)
@@ -575,12 +585,12 @@ class Embed(nn.Module):
 # Parameters.
 # ------------------------------------------------------------------------------
 @functools.partial(jax.jit, static_argnums=0)
-def _init_variables(cfg: LlamaConfig, rng: Array) -> dict[str, Any]:
+def _init_variables(cfg: LlamaConfig, rng: Array) -> Mapping[str, Any]:
   # One compiled program: op-by-op initialization of a deep model is much slower.
   return Transformer(cfg).init(rng, jnp.ones((1, 1), jnp.int32))
 
 
-def init_variables(cfg: LlamaConfig, rng: Array) -> dict[str, Any]:
+def init_variables(cfg: LlamaConfig, rng: Array) -> Mapping[str, Any]:
   """`Transformer(cfg).init`: {'params': ..., 'params_axes': ...} (T5X's init)."""
   _check_config(cfg)
   return _init_variables(cfg, rng)
@@ -664,7 +674,7 @@ def state_logical_axes(state: LlamaState) -> LlamaState:
   """A tree like `state` whose leaves are `PartitionSpec`s of logical axis names."""
   spec = jax.sharding.PartitionSpec
   return LlamaState(caches=jax.tree.map(lambda _: spec(*KV_CACHE_AXES), state.caches),
-                    lengths=spec('batch'))
+                    lengths=spec('batch'))  # type: ignore[arg-type]  # a spec tree
 
 
 # The network's two entry points, compiled once per config and shape when called
@@ -678,7 +688,8 @@ def _variables(params: Any, packed: Any) -> dict[str, Any]:
 @functools.partial(jax.jit, static_argnums=0)
 def _forward(cfg: LlamaConfig, params: Any, tokens: Array, packed: Any = None
              ) -> Array:
-  return Transformer(cfg).apply(_variables(params, packed), tokens)
+  return Transformer(cfg).apply(  # type: ignore[return-value]  # no mutable=: not a pair
+      _variables(params, packed), tokens)
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=('logits', 'features'))
@@ -807,11 +818,11 @@ class Llama:
 
   def __post_init__(self):
     _check_config(self.config)
-    if self.pad_id is not None:
-      if (isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int)
-          or not 0 <= self.pad_id < self.config.vocab_size):
-        raise ValueError(f'pad_id must be None or an int in [0, '
-                         f'{self.config.vocab_size}), got {self.pad_id!r}')
+    if self.pad_id is not None and (
+        isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int)
+        or not 0 <= self.pad_id < self.config.vocab_size):
+      raise ValueError(f'pad_id must be None or an int in [0, '
+                       f'{self.config.vocab_size}), got {self.pad_id!r}')
 
   @property
   def vocab_size(self) -> int:
@@ -826,7 +837,7 @@ class Llama:
   def module(self) -> Transformer:
     return Transformer(self.config)
 
-  def with_packed_weights(self) -> 'Llama':
+  def with_packed_weights(self) -> Llama:
     """This model with `packed` set where `specdec.backends.cpu.enabled()` (a single CPU
     device with the kernel built), unchanged elsewhere. The weights' copy is made
     once, here: verification of gamma + 1 tokens then reads every weight once on a
@@ -839,9 +850,9 @@ class Llama:
       return self
     if jnp.dtype(self.config.dtype) != jnp.float32:
       return self
-    return self.replace(packed=pack_params(self.config, self.params))
+    return dataclasses.replace(self, packed=pack_params(self.config, self.params))
 
-  def with_layers(self, layers: Any) -> 'Llama':
+  def with_layers(self, layers: Any) -> Llama:
     """This model with only the decoder layers `layers` (strictly increasing indices
     in [0, num_layers)), over the same arrays (packed copy included): a
     self-speculative draft, the target with layers skipped (Zhang et al., "Draft &
@@ -852,7 +863,7 @@ class Llama:
     """
     keep = [int(i) for i in layers]
     n = self.config.num_layers
-    if (not keep or any(b <= a for a, b in zip(keep, keep[1:]))
+    if (not keep or any(b <= a for a, b in itertools.pairwise(keep))
         or keep[0] < 0 or keep[-1] >= n):
       raise ValueError(f'layers must be strictly increasing indices in [0, {n}), '
                        f'got {list(layers)}')
@@ -864,8 +875,9 @@ class Llama:
       out.update({f'layers_{i}': tree[f'layers_{j}'] for i, j in enumerate(keep)})
       return out
 
-    return self.replace(config=dataclasses.replace(self.config, num_layers=len(keep)),
-                        params=select(self.params), packed=select(self.packed))
+    return dataclasses.replace(
+        self, config=dataclasses.replace(self.config, num_layers=len(keep)),
+        params=select(self.params), packed=select(self.packed))
 
   def _check_params(self) -> None:
     if not isinstance(self.params, Mapping) or 'token_embedder' not in self.params:
@@ -973,7 +985,7 @@ class Llama:
 
   def rewind(self, state: LlamaState, lengths: Array) -> LlamaState:
     """Rolls row b back to min(current, lengths[b]) tokens; stale slots are masked."""
-    return state.replace(lengths=base.rewound(state.lengths, lengths))
+    return dataclasses.replace(state, lengths=base.rewound(state.lengths, lengths))
 
   def lengths(self, state: LlamaState) -> Array:
     """int32[B], tokens fed so far per row."""

@@ -28,16 +28,16 @@ Attention logits and softmax are computed in float32 whatever the activation dty
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import functools
 import operator
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
-import flax.struct
-from flax import linen as nn
-from flax import traverse_util
+from flax import linen as nn, traverse_util
 from flax.linen import partitioning as nn_partitioning
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,6 +46,7 @@ from specdec.backends import cpu
 from specdec.models import base
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 Initializer = Callable[..., Array]
 
 # T5's relative attention: 32 buckets, distances >= 128 share the last bucket (Raffel
@@ -230,7 +231,7 @@ def relative_position_bucket(relative_position: np.ndarray, bidirectional: bool 
   return ret + np.where(is_small, n, val_if_large).astype(np.int32)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bucket_table(bidirectional: bool, num_buckets: int, max_distance: int) -> np.ndarray:
   """int32[2 * max_distance + 1]: the bucket of every relative position in
   [-max_distance, max_distance]; positions beyond share the end buckets."""
@@ -420,7 +421,7 @@ class RelativePositionBiases(nn.Module):
                                                                  'uniform')
 
   @nn.compact
-  def __call__(self, query_positions: Array, key_positions: Array,
+  def __call__(self, query_positions: ArrayLike, key_positions: ArrayLike,
                bidirectional: bool) -> Array:
     """float32[..., H, q, k]: the bias of queries at `query_positions` [..., q] for
     keys at `key_positions` [..., k].
@@ -641,8 +642,8 @@ class DecoderLayer(nn.Module):
     """
     x = self.pre_self_attention_layer_norm(inputs)
     new_key, new_value = self.self_attention.project_kv(x)
-    cache = tuple(write_cache(c, new, positions)
-                  for c, new in zip(cache, (new_key, new_value)))
+    cache = (write_cache(cache[0], new_key, positions),
+             write_cache(cache[1], new_value, positions))
     x = self.self_attention.attend(x, *cache, self_bias, deterministic)
     x = self.dropout(x, deterministic=deterministic) + inputs
     return self._cross_attention_and_mlp(x, *cross, cross_bias, deterministic), cache
@@ -906,6 +907,9 @@ class Transformer(nn.Module):
       encoder_decoder_mask = make_attention_mask(decoder_target_tokens > 0,
                                                  encoder_input_tokens > 0)
     if encoder_segment_ids is not None:
+      if decoder_segment_ids is None:
+        raise ValueError('decoder_segment_ids: needed with encoder_segment_ids (packed '
+                         'examples)')
       encoder_decoder_mask &= make_attention_mask(decoder_segment_ids,
                                                   encoder_segment_ids, jnp.equal)
     return self.decoder(encoded, decoder_input_tokens,
@@ -958,12 +962,12 @@ def _dummy_tokens() -> tuple[Array, Array, Array]:
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _init_variables(cfg: T5Config, rng: Array) -> dict[str, Any]:
+def _init_variables(cfg: T5Config, rng: Array) -> Mapping[str, Any]:
   # One compiled program: op-by-op initialization of a deep model is much slower.
   return Transformer(cfg).init(rng, *_dummy_tokens(), enable_dropout=False)
 
 
-def init_variables(cfg: T5Config, rng: Array) -> dict[str, Any]:
+def init_variables(cfg: T5Config, rng: Array) -> Mapping[str, Any]:
   """`Transformer(cfg).init`: {'params': ..., 'params_axes': ...} (T5X's init)."""
   check_config(cfg)
   return _init_variables(cfg, rng)
@@ -1111,7 +1115,8 @@ def state_logical_axes(state: T5State) -> T5State:
   spec = jax.sharding.PartitionSpec
   kv = lambda tree: jax.tree.map(lambda _: spec(*KV_CACHE_AXES), tree)
   return T5State(caches=kv(state.caches), cross=kv(state.cross),
-                 encoder_mask=spec('batch', 'length'), lengths=spec('batch'))
+                 encoder_mask=spec('batch', 'length'),  # type: ignore[arg-type]  # spec tree
+                 lengths=spec('batch'))  # type: ignore[arg-type]  # a spec tree, not arrays
 
 
 
@@ -1179,7 +1184,7 @@ class T5:
       variables[cpu.PACKED] = self.packed
     return self.module.apply(variables, *args, method=method, **kwargs)
 
-  def with_packed_weights(self) -> 'T5':
+  def with_packed_weights(self) -> T5:
     """This model with `packed` set (and `per_position_logits` 0) where
     `specdec.backends.cpu.enabled()` (a single CPU device with the kernel built) and the
     model is float32; unchanged elsewhere. The copy is made once, here: a decoder
@@ -1188,8 +1193,8 @@ class T5:
     if (self.packed is not None or not cpu.enabled()
         or jnp.dtype(self.config.dtype) != jnp.float32):
       return self
-    return self.replace(packed=pack_params(self.config, self.params),
-                        per_position_logits=0)
+    return dataclasses.replace(self, packed=pack_params(self.config, self.params),
+                               per_position_logits=0)
 
   def encode(self, inputs: Array) -> Array:
     """inputs: int[B, S] -> encoded [B, S, E], without dropout.
@@ -1262,11 +1267,12 @@ class T5:
     logits, caches = self._apply(Transformer.extend_decoder, tokens, state.lengths,
                                  state.caches, state.cross, state.encoder_mask,
                                  per_position_logits=per_position)
-    return logits, state.replace(caches=caches, lengths=state.lengths + tokens.shape[1])
+    return logits, dataclasses.replace(state, caches=caches,
+                                       lengths=state.lengths + tokens.shape[1])
 
   def rewind(self, state: T5State, lengths: Array) -> T5State:
     """Rolls row b back to min(current, lengths[b]) tokens; stale slots are masked."""
-    return state.replace(lengths=base.rewound(state.lengths, lengths))
+    return dataclasses.replace(state, lengths=base.rewound(state.lengths, lengths))
 
   def lengths(self, state: T5State) -> Array:
     """int32[B], decoder tokens fed so far per row."""

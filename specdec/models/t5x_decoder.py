@@ -48,18 +48,18 @@ so in bfloat16 the two differ by rounding (in float32 they agree to rounding).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
-import flax.struct
 from flax import linen as nn
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec.models import base
-from specdec.models import t5
+from specdec.models import base, t5
 
 Array = jax.Array
 
@@ -232,8 +232,9 @@ class DecoderLayer(nn.Module):
       ([B, k, E], the cache with the chunk's keys and values written).
     """
     x = self.pre_self_attention_layer_norm(inputs)
-    new = self.self_attention.project_kv(x)
-    cache = tuple(t5.write_cache(c, n, positions) for c, n in zip(cache, new))
+    new_key, new_value = self.self_attention.project_kv(x)
+    cache = (t5.write_cache(cache[0], new_key, positions),
+             t5.write_cache(cache[1], new_value, positions))
     x = self.self_attention.attend(x, *cache, bias, deterministic)
     x = self.dropout(x, deterministic=deterministic) + inputs
     return self._mlp(x, deterministic), cache
@@ -372,12 +373,12 @@ class Transformer(nn.Module):
 # Parameters.
 # ------------------------------------------------------------------------------
 @functools.partial(jax.jit, static_argnums=0)
-def _init_variables(cfg: DecoderOnlyConfig, rng: Array) -> dict[str, Any]:
+def _init_variables(cfg: DecoderOnlyConfig, rng: Array) -> Mapping[str, Any]:
   ones = jnp.ones((1, 1), jnp.int32)
   return Transformer(cfg).init(rng, ones, ones, enable_dropout=False)
 
 
-def init_variables(cfg: DecoderOnlyConfig, rng: Array) -> dict[str, Any]:
+def init_variables(cfg: DecoderOnlyConfig, rng: Array) -> Mapping[str, Any]:
   """`Transformer(cfg).init`: {'params': ..., 'params_axes': ...} (T5X's init)."""
   check_config(cfg)
   return _init_variables(cfg, rng)
@@ -441,7 +442,7 @@ def state_logical_axes(state: DecoderState) -> DecoderState:
   """A tree like `state` whose leaves are `PartitionSpec`s of logical axis names."""
   spec = jax.sharding.PartitionSpec
   return DecoderState(caches=jax.tree.map(lambda _: spec(*KV_CACHE_AXES), state.caches),
-                      lengths=spec('batch'))
+                      lengths=spec('batch'))  # type: ignore[arg-type]  # a spec tree
 
 
 @functools.partial(jax.jit, static_argnames=('cfg', 'logits'))
@@ -530,9 +531,9 @@ class T5XDecoder:
       base.check_tokens(name, tokens, self.vocab_size)
     self._check_params()
     causal = decoder_causal_attention if self.bidirectional_prefix else None
-    return self.module.apply({'params': self.params}, decoder_input_tokens,
-                             decoder_target_tokens, decoder_causal_attention=causal,
-                             enable_dropout=False)
+    return self.module.apply(  # type: ignore[return-value]  # no mutable=: not a pair
+        {'params': self.params}, decoder_input_tokens, decoder_target_tokens,
+        decoder_causal_attention=causal, enable_dropout=False)
 
   def prefix_lengths(self, inputs: Array) -> Array:
     """int32[B]: P_b (`prefix_lengths`), after checking `inputs`."""
@@ -588,7 +589,7 @@ class T5XDecoder:
 
   def rewind(self, state: DecoderState, lengths: Array) -> DecoderState:
     """Rolls row b back to min(current, lengths[b]) tokens; stale slots are masked."""
-    return state.replace(lengths=base.rewound(state.lengths, lengths))
+    return dataclasses.replace(state, lengths=base.rewound(state.lengths, lengths))
 
   def lengths(self, state: DecoderState) -> Array:
     """int32[B], tokens fed so far per row."""

@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-import pair_card
 from specdec import pretrained
+
+import pair_card
 
 pytestmark = pytest.mark.research
 

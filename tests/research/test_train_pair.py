@@ -5,8 +5,9 @@ import jax
 import numpy as np
 import pytest
 
-import train_pair
 from specdec.models import t5
+
+import train_pair
 
 pytestmark = pytest.mark.research
 
