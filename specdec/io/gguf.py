@@ -75,7 +75,7 @@ GGUF_MAGIC = b'GGUF'
 
 
 def _gguf():
-from specdec import _optional
+  return _optional.require('gguf', 'lm', purpose='reading GGUF files')
 
 
 def open_gguf(path: str | os.PathLike):
