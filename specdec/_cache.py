@@ -9,9 +9,9 @@ empty) keeps nothing on disk across runs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import os
 import pathlib
-from typing import Mapping
 
 ENV_VAR = "SPECDEC_CACHE_DIR"
 OFF_VALUES = ("", "0", "off", "false", "no", "none")

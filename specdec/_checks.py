@@ -24,24 +24,34 @@ def check_positive_int(name: str, value: Any) -> int:
 
 def check_lenience(lenience: Any) -> float:
   """`lenience` as a float in (0, 1], or a ValueError naming it (Appendix A.5)."""
-  if (isinstance(lenience, (bool, np.bool_)) or not isinstance(lenience, numbers.Real)
-      or math.isnan(lenience) or not 0.0 < float(lenience) <= 1.0):
-    raise ValueError(f"lenience must be a number in (0, 1] (1: exact Algorithm 1), "
-                     f"got {lenience!r}")
+  if (
+    isinstance(lenience, (bool, np.bool_))
+    or not isinstance(lenience, numbers.Real)
+    or math.isnan(lenience)
+    or not 0.0 < float(lenience) <= 1.0
+  ):
+    raise ValueError(
+      f"lenience must be a number in (0, 1] (1: exact Algorithm 1), got {lenience!r}"
+    )
   return float(lenience)
 
 
-def check_common(model: DecodeModel, name: str, inputs: Any, max_new_tokens: Any,
-                  sampling: Any, eos_id: Any, check_ids: bool = True) -> None:
+def check_common(
+  model: DecodeModel,
+  name: str,
+  inputs: Any,
+  max_new_tokens: Any,
+  sampling: Any,
+  eos_id: Any,
+  check_ids: bool = True,
+) -> None:
   """Raises naming the bad argument. `check_ids` False skips reading the inputs' ids
   back (for a second model of the same vocabulary size: already checked)."""
   if not isinstance(model, DecodeModel):
-    raise TypeError(f"{name} must implement specdec.models.DecodeModel, got "
-                    f"{type(model).__name__}")
+    raise TypeError(f"{name} must implement specdec.models.DecodeModel, got {type(model).__name__}")
   check_positive_int("max_new_tokens", max_new_tokens)
   if not isinstance(sampling, SamplingConfig):
-    raise TypeError(f"sampling must be a specdec.SamplingConfig, got "
-                    f"{type(sampling).__name__}")
+    raise TypeError(f"sampling must be a specdec.SamplingConfig, got {type(sampling).__name__}")
   sampling.validate_vocab(model.vocab_size)
   shape, dtype = getattr(inputs, "shape", None), getattr(inputs, "dtype", None)
   if shape is None or dtype is None:

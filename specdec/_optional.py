@@ -20,16 +20,16 @@ from __future__ import annotations
 import importlib
 import types
 
-__all__ = ['EXTRAS', 'install_command', 'require']
+__all__ = ["EXTRAS", "install_command", "require"]
 
-EXTRAS = ('lm', 'checkpoints', 't5x', 'hf', 'bench')
+EXTRAS = ("lm", "checkpoints", "t5x", "hf", "bench")
 
 
 def install_command(*extras: str) -> str:
   """`pip install 'specdec[a]'` (or 'specdec[b]' ...) for the given extras."""
   if not extras or any(e not in EXTRAS for e in extras):
-    raise ValueError(f'extras: each must be one of {EXTRAS}, got {extras!r}')
-  return ' or '.join(f"pip install 'specdec[{e}]'" for e in extras)
+    raise ValueError(f"extras: each must be one of {EXTRAS}, got {extras!r}")
+  return " or ".join(f"pip install 'specdec[{e}]'" for e in extras)
 
 
 def require(module: str, *extras: str, purpose: str | None = None) -> types.ModuleType:
@@ -49,7 +49,6 @@ def require(module: str, *extras: str, purpose: str | None = None) -> types.Modu
   try:
     return importlib.import_module(module)
   except ImportError as e:
-    top = module.split('.')[0]
-    what = f'{purpose} needs' if purpose else 'specdec needs'
-    raise ImportError(f'{what} the optional package `{top}` ({e}): {command}',
-                      name=top) from e
+    top = module.split(".")[0]
+    what = f"{purpose} needs" if purpose else "specdec needs"
+    raise ImportError(f"{what} the optional package `{top}` ({e}): {command}", name=top) from e

@@ -34,12 +34,13 @@ then depend on its batch, its law cannot.)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import dataclasses
 import functools
 import json
 import math
 import numbers
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import flax.struct
 import jax
@@ -55,22 +56,22 @@ DEFAULT_GAMMAS = (0, 1, 2, 3, 4, 6, 8)
 OBJECTIVES = ("sum", "last")
 
 
-def _check_real(name: str, value: Any, low: float, high: float, *, low_open=False,
-                high_open=False) -> float:
-  if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)
-      or math.isnan(value)):
+def _check_real(
+  name: str, value: Any, low: float, high: float, *, low_open=False, high_open=False
+) -> float:
+  if (
+    isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or math.isnan(value)
+  ):
     raise ValueError(f"{name} must be a number, got {value!r}")
   value = float(value)
-  if (value < low or value > high or (low_open and value == low)
-      or (high_open and value == high)):
+  if value < low or value > high or (low_open and value == low) or (high_open and value == high):
     lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
     raise ValueError(f"{name} must be in {lo}{low}, {high}{hi}, got {value!r}")
   return value
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
-  if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral)
-      or value < low):
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < low:
     raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
   return int(value)
 
@@ -89,9 +90,14 @@ def _check_gammas(gammas: Any) -> tuple[int, ...]:
     values = tuple(gammas)
   except TypeError:
     values = None
-  if (not values or any(isinstance(g, (bool, np.bool_)) or not isinstance(g, numbers.Integral)
-                        or g < 0 for g in values)
-      or list(values) != sorted(set(values))):
+  if (
+    not values
+    or any(
+      isinstance(g, (bool, np.bool_)) or not isinstance(g, numbers.Integral) or g < 0
+      for g in values
+    )
+    or list(values) != sorted(set(values))
+  ):
     raise ValueError(f"gammas must be distinct increasing ints >= 0, got {gammas!r}")
   return tuple(int(g) for g in values)
 
@@ -125,17 +131,30 @@ class StepCosts:
 
   def __post_init__(self):
     _check_real("c", self.c, 0.0, math.inf, high_open=True)
-    object.__setattr__(self, "temperature",
-                       _check_real("temperature", self.temperature, 0.0, math.inf,
-                                   high_open=True))
-    pairs = tuple((_check_int(f"v: key {k!r}", k, 1), _check_real(
-        f"v({k})", x, 0.0, math.inf, low_open=True, high_open=True)) for k, x in self.v)
+    object.__setattr__(
+      self,
+      "temperature",
+      _check_real("temperature", self.temperature, 0.0, math.inf, high_open=True),
+    )
+    pairs = tuple(
+      (
+        _check_int(f"v: key {k!r}", k, 1),
+        _check_real(f"v({k})", x, 0.0, math.inf, low_open=True, high_open=True),
+      )
+      for k, x in self.v
+    )
     if any(k < 2 for k, _ in pairs):
-      raise ValueError(f"v: keys are positions verified per call, ints >= 2 (v(1) = 1 "
-                       f"by definition), got {[k for k, _ in pairs]}")
-    loops = tuple((_check_int(f"iteration: key {g!r}", g, 0), _check_real(
-        f"iteration({g})", x, 0.0, math.inf, low_open=True, high_open=True))
-                  for g, x in self.iteration)
+      raise ValueError(
+        f"v: keys are positions verified per call, ints >= 2 (v(1) = 1 "
+        f"by definition), got {[k for k, _ in pairs]}"
+      )
+    loops = tuple(
+      (
+        _check_int(f"iteration: key {g!r}", g, 0),
+        _check_real(f"iteration({g})", x, 0.0, math.inf, low_open=True, high_open=True),
+      )
+      for g, x in self.iteration
+    )
     if any(g < 0 for g, _ in loops):
       raise ValueError(f"iteration: gammas must be >= 0, got {[g for g, _ in loops]}")
     object.__setattr__(self, "c", float(self.c))
@@ -167,14 +186,19 @@ class StepCosts:
     return 1.0 if gamma == 0 else gamma * self.c + self.v_of(gamma + 1)
 
   def to_json(self) -> str:
-    d = dict(c=self.c, v={str(k): x for k, x in self.v}, batch=self.batch,
-             device=self.device, temperature=self.temperature)
+    d = dict(
+      c=self.c,
+      v={str(k): x for k, x in self.v},
+      batch=self.batch,
+      device=self.device,
+      temperature=self.temperature,
+    )
     if self.iteration:
       d["iteration"] = {str(g): x for g, x in self.iteration}
     return json.dumps(d, indent=2)
 
   @classmethod
-  def from_json(cls, text: str) -> "StepCosts":
+  def from_json(cls, text: str) -> StepCosts:
     """The costs `to_json` wrote. Raises ValueError naming a missing or bad key."""
     d = json.loads(text)
     if not isinstance(d, dict):
@@ -185,18 +209,21 @@ class StepCosts:
     for key in ("v", "iteration"):
       if not isinstance(d.get(key, {}), dict):
         raise ValueError(f"{key}: expected an object {{k: cost}}, got {d[key]!r}")
-    return cls(c=d["c"], v=tuple((_int_key("v", k), x) for k, x in d["v"].items()),
-               batch=d.get("batch", 1), device=d.get("device", ""),
-               temperature=d.get("temperature", 0.0),
-               iteration=tuple((_int_key("iteration", g), x)
-                               for g, x in d.get("iteration", {}).items()))
+    return cls(
+      c=d["c"],
+      v=tuple((_int_key("v", k), x) for k, x in d["v"].items()),
+      batch=d.get("batch", 1),
+      device=d.get("device", ""),
+      temperature=d.get("temperature", 0.0),
+      iteration=tuple((_int_key("iteration", g), x) for g, x in d.get("iteration", {}).items()),
+    )
 
   def save(self, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
       f.write(self.to_json() + "\n")
 
   @classmethod
-  def load(cls, path: str) -> "StepCosts":
+  def load(cls, path: str) -> StepCosts:
     with open(path, encoding="utf-8") as f:
       return cls.from_json(f.read())
 
@@ -238,25 +265,32 @@ class AutoGamma:
   def __post_init__(self):
     gammas = _check_gammas(self.gammas)
     if len(self.costs) != len(gammas):
-      raise ValueError(f"costs must have one entry per gamma ({len(gammas)}), got "
-                       f"{len(self.costs)}")
-    costs = tuple(_check_real(f"costs[{i}]", x, 0.0, math.inf, low_open=True,
-                              high_open=True) for i, x in enumerate(self.costs))
+      raise ValueError(
+        f"costs must have one entry per gamma ({len(gammas)}), got {len(self.costs)}"
+      )
+    costs = tuple(
+      _check_real(f"costs[{i}]", x, 0.0, math.inf, low_open=True, high_open=True)
+      for i, x in enumerate(self.costs)
+    )
     object.__setattr__(self, "gammas", gammas)
     object.__setattr__(self, "costs", costs)
     object.__setattr__(self, "prior", _check_real("prior", self.prior, 0.0, 1.0))
-    object.__setattr__(self, "prior_weight", _check_real(
-        "prior_weight", self.prior_weight, 0.0, math.inf, low_open=True, high_open=True))
-    object.__setattr__(self, "decay", _check_real("decay", self.decay, 0.0, 1.0,
-                                                  low_open=True))
+    object.__setattr__(
+      self,
+      "prior_weight",
+      _check_real("prior_weight", self.prior_weight, 0.0, math.inf, low_open=True, high_open=True),
+    )
+    object.__setattr__(self, "decay", _check_real("decay", self.decay, 0.0, 1.0, low_open=True))
     if self.objective not in OBJECTIVES:
       raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
-    object.__setattr__(self, "margin", _check_real("margin", self.margin, 0.0, math.inf,
-                                                   high_open=True))
+    object.__setattr__(
+      self, "margin", _check_real("margin", self.margin, 0.0, math.inf, high_open=True)
+    )
 
   @classmethod
-  def from_costs(cls, costs: StepCosts, gammas: Sequence[int] = DEFAULT_GAMMAS,
-                 prune: bool = True, **kwargs) -> "AutoGamma":
+  def from_costs(
+    cls, costs: StepCosts, gammas: Sequence[int] = DEFAULT_GAMMAS, prune: bool = True, **kwargs
+  ) -> AutoGamma:
     """The rule for measured (or given) costs: per gamma, the loop's measured iteration
     where `costs` has one, else gamma c + v(gamma + 1) (`StepCosts.cost`). With
     `prune`, the gammas that no alpha would choose are left out (`useful_gammas`)."""
@@ -266,24 +300,30 @@ class AutoGamma:
     return cls._of(gammas, tuple(costs.cost(g) for g in gammas), prune, kwargs)
 
   @classmethod
-  def from_c(cls, c: float, gammas: Sequence[int] = DEFAULT_GAMMAS, v: float = 1.0,
-             prune: bool = True, **kwargs) -> "AutoGamma":
+  def from_c(
+    cls,
+    c: float,
+    gammas: Sequence[int] = DEFAULT_GAMMAS,
+    v: float = 1.0,
+    prune: bool = True,
+    **kwargs,
+  ) -> AutoGamma:
     """The paper's premise: verification costs v (1: one target step) for any gamma;
     c e.g. from parameter counts (Section 3.5). `prune` as in `from_costs`."""
     c = _check_real("c", c, 0.0, math.inf, high_open=True)
     v = _check_real("v", v, 0.0, math.inf, low_open=True, high_open=True)
     gammas = _check_gammas(gammas)
-    return cls._of(gammas, tuple(1.0 if g == 0 else g * c + v for g in gammas), prune,
-                   kwargs)
+    return cls._of(gammas, tuple(1.0 if g == 0 else g * c + v for g in gammas), prune, kwargs)
 
   @classmethod
-  def _of(cls, gammas, costs, prune: bool, kwargs) -> "AutoGamma":
+  def _of(cls, gammas, costs, prune: bool, kwargs) -> AutoGamma:
     rule = cls(gammas=gammas, costs=costs, **kwargs)  # Validates before pruning.
     if not prune:
       return rule
     keep = useful_gammas(rule.gammas, rule.costs, rule.margin)
-    return dataclasses.replace(rule, gammas=keep,
-                               costs=tuple(rule.costs[rule.gammas.index(g)] for g in keep))
+    return dataclasses.replace(
+      rule, gammas=keep, costs=tuple(rule.costs[rule.gammas.index(g)] for g in keep)
+    )
 
   @property
   def max_gamma(self) -> int:
@@ -294,7 +334,7 @@ class AutoGamma:
     cost = self.costs[self.gammas.index(gamma)]
     return float(theory.expected_tokens(alpha, gamma) / cost)
 
-  def pick(self, progress: "Progress") -> Array:
+  def pick(self, progress: Progress) -> Array:
     """int32, the index in `gammas` of the next iteration's gamma, from the decode's
     past (`choose` on alpha_hat, the active rows and their remaining tokens). The
     decode loop calls nothing else of a rule to choose: a subclass that overrides it
@@ -324,8 +364,9 @@ class Progress(NamedTuple):
   row_keys: Array
 
 
-def useful_gammas(gammas: Sequence[int], costs: Sequence[float], margin: float = 0.0
-                  ) -> tuple[int, ...]:
+def useful_gammas(
+  gammas: Sequence[int], costs: Sequence[float], margin: float = 0.0
+) -> tuple[int, ...]:
   """The gammas that maximize E(alpha, gamma) / cost(gamma) for some alpha in [0, 1]:
   Theorem 3.8's upper envelope, computed exactly, with the costs `choose` compares:
   every gamma > 0's counted (1 + `margin`) times (`AutoGamma.margin`), so that a
@@ -342,16 +383,17 @@ def useful_gammas(gammas: Sequence[int], costs: Sequence[float], margin: float =
   gammas = [int(g) for g in gammas]
   costs = [cost * (1.0 + margin) if g > 0 else cost for g, cost in zip(gammas, costs)]
   size = max(gammas) + 1
-  polys = [np.where(np.arange(size) <= g, 1.0 / cost, 0.0)  # Coefficients, low first.
-           for g, cost in zip(gammas, costs)]
+  polys = [
+    np.where(np.arange(size) <= g, 1.0 / cost, 0.0)  # Coefficients, low first.
+    for g, cost in zip(gammas, costs)
+  ]
   points = {0.0, 1.0}
   for i in range(len(polys)):
     for j in range(i + 1, len(polys)):
       diff = np.trim_zeros(polys[i] - polys[j], "b")
       if diff.size > 1:
         roots = np.roots(diff[::-1])
-        points.update(float(r.real) for r in roots
-                      if abs(r.imag) < 1e-9 and 0.0 <= r.real <= 1.0)
+        points.update(float(r.real) for r in roots if abs(r.imag) < 1e-9 and 0.0 <= r.real <= 1.0)
   points = sorted(points)
   probes = np.asarray(points + [(a + b) / 2 for a, b in zip(points, points[1:])])
   rates = np.stack([np.polyval(p[::-1], probes) for p in polys], axis=1)
@@ -373,25 +415,25 @@ class Estimate:
   count: Array
 
   @classmethod
-  def zeros(cls, batch: int) -> "Estimate":
+  def zeros(cls, batch: int) -> Estimate:
     return cls(jnp.zeros((batch,), jnp.float32), jnp.zeros((batch,), jnp.float32))
 
   def alpha(self, rule: AutoGamma) -> Array:
     """float32[B], alpha_hat: the decayed mean of beta, shrunk toward the prior."""
-    return ((rule.prior_weight * rule.prior + self.beta_sum)
-            / (rule.prior_weight + self.count))
+    return (rule.prior_weight * rule.prior + self.beta_sum) / (rule.prior_weight + self.count)
 
-  def update(self, rule: AutoGamma, betas: Array, observed: Array, active: Array
-             ) -> "Estimate":
+  def update(self, rule: AutoGamma, betas: Array, observed: Array, active: Array) -> Estimate:
     """One iteration: betas float32[B, k] of which `observed` bool[B, k] count."""
     decay = jnp.where(active, rule.decay, 1.0)
     return Estimate(
-        beta_sum=decay * self.beta_sum + jnp.sum(jnp.where(observed, betas, 0.0), axis=1),
-        count=decay * self.count + jnp.sum(observed, axis=1, dtype=jnp.float32))
+      beta_sum=decay * self.beta_sum + jnp.sum(jnp.where(observed, betas, 0.0), axis=1),
+      count=decay * self.count + jnp.sum(observed, axis=1, dtype=jnp.float32),
+    )
 
 
-def choose(rule: AutoGamma, alpha_hat: Array, active: Array,
-           remaining: Array | None = None) -> Array:
+def choose(
+  rule: AutoGamma, alpha_hat: Array, active: Array, remaining: Array | None = None
+) -> Array:
   """int32 index into `rule.gammas` for this iteration (Theorem 3.8's rule).
 
   E_b(gamma) = E(alpha_hat_b, gamma) = (1 - alpha^(gamma+1)) / (1 - alpha) (Eq. 1;
@@ -414,11 +456,14 @@ def choose(rule: AutoGamma, alpha_hat: Array, active: Array,
     rest = jnp.maximum(jnp.asarray(remaining, jnp.float32), 1.0)[:, None]
     gammas = jnp.minimum(gammas, rest - 1.0)
   one = alpha >= 1.0 - 1e-6
-  e = jnp.where(one, gammas + 1.0,
-                (1.0 - alpha ** (gammas + 1.0)) / jnp.where(one, 1.0, 1.0 - alpha))
+  e = jnp.where(
+    one, gammas + 1.0, (1.0 - alpha ** (gammas + 1.0)) / jnp.where(one, 1.0, 1.0 - alpha)
+  )
   # The margin as a dearer drafting iteration: gamma > 0 costs (1 + margin) times more.
-  costs = jnp.asarray([cost * (1.0 + rule.margin) if g > 0 else cost
-                       for g, cost in zip(rule.gammas, rule.costs)], jnp.float32)
+  costs = jnp.asarray(
+    [cost * (1.0 + rule.margin) if g > 0 else cost for g, cost in zip(rule.gammas, rule.costs)],
+    jnp.float32,
+  )
   if rule.objective == "last":
     if remaining is None:
       raise ValueError('objective "last" needs each row\'s remaining tokens')
@@ -444,19 +489,28 @@ def never_drafts(rule: AutoGamma) -> bool:
   alternative and lose to the baseline on average (the Multi30k pair at T=0: prior
   0.657, best rate 0.99, measured 0.92x of the baseline)."""
   with jax.ensure_compile_time_eval():
-    first = choose(rule, Estimate.zeros(1).alpha(rule), jnp.ones((1,), bool),
-                   jnp.full((1,), 1 << 20, jnp.int32))
+    first = choose(
+      rule, Estimate.zeros(1).alpha(rule), jnp.ones((1,), bool), jnp.full((1,), 1 << 20, jnp.int32)
+    )
   if rule.gammas[int(first)] == 0:
     return True
   return 0 in rule.gammas and all(
-      rule.predicted_speedup(rule.prior, g) <= 1.0 + rule.margin
-      for g in rule.gammas if g > 0)
+    rule.predicted_speedup(rule.prior, g) <= 1.0 + rule.margin for g in rule.gammas if g > 0
+  )
 
 
-def calibrate(target: Any, draft: Any, inputs: Array, gammas: Sequence[int] = DEFAULT_GAMMAS,
-              max_length: int = 64, repeats: int = 3, steps: int = 16,
-              rounds: int = 3, loop: bool = True,
-              sampling: SamplingConfig | None = None) -> StepCosts:
+def calibrate(
+  target: Any,
+  draft: Any,
+  inputs: Array,
+  gammas: Sequence[int] = DEFAULT_GAMMAS,
+  max_length: int = 64,
+  repeats: int = 3,
+  steps: int = 16,
+  rounds: int = 3,
+  loop: bool = True,
+  sampling: SamplingConfig | None = None,
+) -> StepCosts:
   """Measures this pair's costs at this batch size: c, v(gamma + 1) and, with `loop`,
   one iteration of the decode loop at each gamma.
 
@@ -473,19 +527,26 @@ def calibrate(target: Any, draft: Any, inputs: Array, gammas: Sequence[int] = DE
   """
   # `specdec.costs` times the sampler, which imports this module.
   from specdec import costs  # pylint: disable=import-outside-toplevel
+
   sampling = SamplingConfig(temperature=0.0) if sampling is None else sampling
   ks = sorted({g + 1 for g in gammas if g > 0})
-  r = costs.verify_costs(target, draft, inputs, ks, max_length, repeats=repeats,
-                         steps=steps, rounds=rounds)
+  r = costs.verify_costs(
+    target, draft, inputs, ks, max_length, repeats=repeats, steps=steps, rounds=rounds
+  )
   iteration = ()
   if loop:
     new_tokens = max_length - max(gammas) - 1
     if new_tokens < 1:
-      raise ValueError(f"max_length {max_length} leaves no new token at gamma "
-                       f"{max(gammas)}")
-    loops = costs.iteration_costs(target, draft, inputs, tuple(gammas), new_tokens,
-                                  sampling, rounds=rounds, repeats=repeats)
+      raise ValueError(f"max_length {max_length} leaves no new token at gamma {max(gammas)}")
+    loops = costs.iteration_costs(
+      target, draft, inputs, tuple(gammas), new_tokens, sampling, rounds=rounds, repeats=repeats
+    )
     iteration = tuple(sorted(loops["cost"].items()))
-  return StepCosts(c=r["c"], v=tuple((k, r["v"][k]) for k in ks),
-                   batch=int(inputs.shape[0]), device=jax.devices()[0].device_kind,
-                   iteration=iteration, temperature=sampling.temperature)
+  return StepCosts(
+    c=r["c"],
+    v=tuple((k, r["v"][k]) for k in ks),
+    batch=int(inputs.shape[0]),
+    device=jax.devices()[0].device_kind,
+    iteration=iteration,
+    temperature=sampling.temperature,
+  )

@@ -17,9 +17,10 @@ ever adds time, so the minimum estimates the cost itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import functools
 import time
-from typing import Any, Callable
+from typing import Any
 
 import flax.struct
 import jax
@@ -53,8 +54,9 @@ def min_seconds(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
   return float(np.min(_wall_times(fn, repeats, warmup)))
 
 
-def interleaved_min_seconds(calls: dict[Any, Callable[[], Any]], rounds: int,
-                            repeats: int) -> dict[Any, float]:
+def interleaved_min_seconds(
+  calls: dict[Any, Callable[[], Any]], rounds: int, repeats: int
+) -> dict[Any, float]:
   """Each call's minimum seconds over `rounds` rounds of `repeats` (`min_seconds`),
   all of them timed in turn in each round, so that a slow spell of the machine falls
   on all alike."""
@@ -76,13 +78,18 @@ def _extend_repeated(model, state, tokens, steps):
     logits, state = model.extend(state, tokens)
     return (model.rewind(state, start), acc + jnp.max(logits)), None
 
-  (_, acc), _ = jax.lax.scan(body, (state, jnp.zeros((), jnp.float32)), None,
-                             length=steps)
+  (_, acc), _ = jax.lax.scan(body, (state, jnp.zeros((), jnp.float32)), None, length=steps)
   return acc
 
 
-def extend_seconds(model, state, tokens: jax.Array, repeats: int = 5,
-                   steps: int = 16, reduce: Callable[..., Any] = np.median) -> float:
+def extend_seconds(
+  model,
+  state,
+  tokens: jax.Array,
+  repeats: int = 5,
+  steps: int = 16,
+  reduce: Callable[..., Any] = np.median,
+) -> float:
   """Seconds of one `extend(state, tokens)` as the decode loops see it: `reduce`
   (median by default) over `repeats` of `steps` calls inside one compiled scan,
   divided by `steps`, so that no per-call dispatch from Python is counted (the
@@ -110,8 +117,16 @@ class _FeatureStep:
     return self.draft.lengths(state)
 
 
-def step_costs(target, draft, inputs: jax.Array, gamma: int, max_length: int,
-               repeats: int = 3, steps: int = 16, rounds: int = 3) -> dict[str, float]:
+def step_costs(
+  target,
+  draft,
+  inputs: jax.Array,
+  gamma: int,
+  max_length: int,
+  repeats: int = 3,
+  steps: int = 16,
+  rounds: int = 3,
+) -> dict[str, float]:
   """t_p1, t_p(gamma+1) and t_q in seconds, and c, v, for these models and inputs.
 
   Each is one `extend` on a cache primed by `init` (the encoder's cost is excluded:
@@ -119,14 +134,22 @@ def step_costs(target, draft, inputs: jax.Array, gamma: int, max_length: int,
   (`extend_seconds`); the minimum over `rounds` x `repeats`, the three measured in
   turn in each round so that a slow spell of the machine cannot fall on one alone.
   """
-  r = verify_costs(target, draft, inputs, [gamma + 1], max_length, repeats, steps,
-                   rounds)
-  return dict(t_p1=r["t_p1"], t_p_gamma1=r["t_p"][gamma + 1], t_q=r["t_q"], c=r["c"],
-              v=r["v"][gamma + 1])
+  r = verify_costs(target, draft, inputs, [gamma + 1], max_length, repeats, steps, rounds)
+  return dict(
+    t_p1=r["t_p1"], t_p_gamma1=r["t_p"][gamma + 1], t_q=r["t_q"], c=r["c"], v=r["v"][gamma + 1]
+  )
 
 
-def verify_costs(target, draft, inputs: jax.Array, chunks: Any, max_length: int,
-                 repeats: int = 3, steps: int = 16, rounds: int = 3) -> dict[str, Any]:
+def verify_costs(
+  target,
+  draft,
+  inputs: jax.Array,
+  chunks: Any,
+  max_length: int,
+  repeats: int = 3,
+  steps: int = 16,
+  rounds: int = 3,
+) -> dict[str, Any]:
   """`step_costs` for several verification chunk lengths at once.
 
   t_p(k) for every k in `chunks` (and k = 1), and t_q, each one `extend` on a cache
@@ -147,11 +170,17 @@ def verify_costs(target, draft, inputs: jax.Array, chunks: Any, max_length: int,
   best = {name: float("inf") for name in calls}
   for _ in range(rounds):
     for name, (model, state, tokens) in calls.items():
-      best[name] = min(best[name], extend_seconds(model, state, tokens, repeats, steps,
-                                                  reduce=np.min))
+      best[name] = min(
+        best[name], extend_seconds(model, state, tokens, repeats, steps, reduce=np.min)
+      )
   t_p = {k: best[k] for k in ks}
-  return dict(t_p1=t_p[1], t_q=best["q"], t_p=t_p, c=best["q"] / t_p[1],
-              v={k: t / t_p[1] for k, t in t_p.items()})
+  return dict(
+    t_p1=t_p[1],
+    t_q=best["q"],
+    t_p=t_p,
+    c=best["q"] / t_p[1],
+    v={k: t / t_p[1] for k, t in t_p.items()},
+  )
 
 
 def _primed(target, draft, inputs: jax.Array, max_length: int):
@@ -163,32 +192,54 @@ def _primed(target, draft, inputs: jax.Array, max_length: int):
   return target.init(inputs, max_length), draft, draft.init(inputs, max_length)
 
 
-def speculative_decoder(target, draft, gamma: int, max_new_tokens: int,
-                        sampling: SamplingConfig, eos_id: int | None,
-                        lenience: float = 1.0):
+def speculative_decoder(
+  target,
+  draft,
+  gamma: int,
+  max_new_tokens: int,
+  sampling: SamplingConfig,
+  eos_id: int | None,
+  lenience: float = 1.0,
+):
   def decode(x, key):
-    return sample.speculative_sample(target, draft, x, key, gamma=gamma,
-                                     max_new_tokens=max_new_tokens, sampling=sampling,
-                                     eos_id=eos_id, lenience=lenience)
+    return sample.speculative_sample(
+      target,
+      draft,
+      x,
+      key,
+      gamma=gamma,
+      max_new_tokens=max_new_tokens,
+      sampling=sampling,
+      eos_id=eos_id,
+      lenience=lenience,
+    )
+
   return decode
 
 
-def autoregressive_decoder(target, max_new_tokens: int, sampling: SamplingConfig,
-                           eos_id: int | None):
+def autoregressive_decoder(
+  target, max_new_tokens: int, sampling: SamplingConfig, eos_id: int | None
+):
   def decode(x, key):
-    return sample.autoregressive_sample(target, x, key, max_new_tokens=max_new_tokens,
-                                        sampling=sampling, eos_id=eos_id)
+    return sample.autoregressive_sample(
+      target, x, key, max_new_tokens=max_new_tokens, sampling=sampling, eos_id=eos_id
+    )
+
   return decode
 
 
-def _in_loop_decoder(target, draft, rule: adaptive.AutoGamma, max_new_tokens: int,
-                     sampling: SamplingConfig):
+def _in_loop_decoder(
+  target, draft, rule: adaptive.AutoGamma, max_new_tokens: int, sampling: SamplingConfig
+):
   """The AutoGamma decode loop itself, no EOS, also for a rule that never drafts (which
   `speculative_sample` runs as the baseline's loop): what a gamma-0 iteration costs
   inside a decode that has drafted."""
+
   def decode(x, key):
-    return sample.speculative_loop(target, draft, x, key, gamma=rule,
-                                   max_new_tokens=max_new_tokens, sampling=sampling)
+    return sample.speculative_loop(
+      target, draft, x, key, gamma=rule, max_new_tokens=max_new_tokens, sampling=sampling
+    )
+
   return decode
 
 
@@ -214,14 +265,20 @@ def forced_rule(gammas: tuple[int, ...], gamma: int) -> adaptive.AutoGamma:
   gamma, to time its iterations (`iteration_costs`)."""
   if gamma not in gammas:
     raise ValueError(f"gamma {gamma} is not in gammas {gammas}")
-  return adaptive.AutoGamma(gammas=gammas, costs=tuple(1e-9 if g == gamma else 1e9
-                                                       for g in gammas))
+  return adaptive.AutoGamma(gammas=gammas, costs=tuple(1e-9 if g == gamma else 1e9 for g in gammas))
 
 
-def iteration_costs(target, draft, inputs: jax.Array, gammas: tuple[int, ...],
-                    max_new_tokens: int, sampling: SamplingConfig = SamplingConfig(0.0),
-                    key: jax.Array | None = None, rounds: int = 3,
-                    repeats: int = 2) -> dict[str, Any]:
+def iteration_costs(
+  target,
+  draft,
+  inputs: jax.Array,
+  gammas: tuple[int, ...],
+  max_new_tokens: int,
+  sampling: SamplingConfig = SamplingConfig(0.0),
+  key: jax.Array | None = None,
+  rounds: int = 3,
+  repeats: int = 2,
+) -> dict[str, Any]:
   """Seconds of one iteration of the AutoGamma decode loop at each of its gammas.
 
   The loop over `gammas` is forced to each gamma in turn (`forced_rule`) and run on
@@ -236,20 +293,24 @@ def iteration_costs(target, draft, inputs: jax.Array, gammas: tuple[int, ...],
   # The samplers are jitted with the models as arguments: wrapping them in another
   # jit would close over the weights and compile them into each executable as
   # constants (one copy of the target per gamma).
-  decoders = {g: _in_loop_decoder(target, draft, forced_rule(gammas, g), max_new_tokens,
-                                  sampling)
-              for g in gammas}
+  decoders = {
+    g: _in_loop_decoder(target, draft, forced_rule(gammas, g), max_new_tokens, sampling)
+    for g in gammas
+  }
   base = autoregressive_decoder(target, max_new_tokens, sampling, None)
-  iterations = {g: int(np.max(np.asarray(jax.block_until_ready(d(inputs, key))
-                                          .stats.iterations)))
-                for g, d in decoders.items()}
+  iterations = {
+    g: int(np.max(np.asarray(jax.block_until_ready(d(inputs, key)).stats.iterations)))
+    for g, d in decoders.items()
+  }
   calls = {("spec", g): (lambda d=d: d(inputs, key).tokens) for g, d in decoders.items()}
   calls["base"] = lambda: base(inputs, key).tokens
   calls["prefill_both"] = lambda: prefill(target, draft, inputs, capacity)
   calls["prefill_base"] = lambda: prefill(target, None, inputs, max_new_tokens + 1)
   best = interleaved_min_seconds(calls, rounds, repeats)
   token = max(best["base"] - best["prefill_base"], 1e-12) / max_new_tokens
-  seconds = {g: max(best[("spec", g)] - best["prefill_both"], 1e-12) / iterations[g]
-             for g in gammas}
-  return dict(seconds=seconds, baseline_token=token,
-              cost={g: s / token for g, s in seconds.items()})
+  seconds = {
+    g: max(best[("spec", g)] - best["prefill_both"], 1e-12) / iterations[g] for g in gammas
+  }
+  return dict(
+    seconds=seconds, baseline_token=token, cost={g: s / token for g, s in seconds.items()}
+  )

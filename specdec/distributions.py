@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -44,15 +43,20 @@ class SamplingConfig:
   """
 
   temperature: float = 1.0
-  top_k: Optional[int] = None
-  top_p: Optional[float] = None
+  top_k: int | None = None
+  top_p: float | None = None
 
   def __post_init__(self):
     # Python and numpy scalars alike; stored as Python numbers, so that equal
     # settings hash equal and share one compiled decode.
     t = self.temperature
-    if (isinstance(t, (bool, np.bool_)) or not isinstance(t, numbers.Real)
-        or math.isnan(t) or math.isinf(t) or t < 0):
+    if (
+      isinstance(t, (bool, np.bool_))
+      or not isinstance(t, numbers.Real)
+      or math.isnan(t)
+      or math.isinf(t)
+      or t < 0
+    ):
       raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
     object.__setattr__(self, "temperature", float(t))
     k = self.top_k
@@ -62,8 +66,12 @@ class SamplingConfig:
       object.__setattr__(self, "top_k", int(k))
     p = self.top_p
     if p is not None:
-      if (isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real)
-          or math.isnan(p) or not 0.0 < p <= 1.0):
+      if (
+        isinstance(p, (bool, np.bool_))
+        or not isinstance(p, numbers.Real)
+        or math.isnan(p)
+        or not 0.0 < p <= 1.0
+      ):
         raise ValueError(f"top_p must be None or in (0, 1], got {p!r}")
       # top_p = 1 keeps every token: the same transform as None.
       object.__setattr__(self, "top_p", None if p == 1 else float(p))
@@ -75,10 +83,9 @@ class SamplingConfig:
   def validate_vocab(self, vocab_size: int) -> None:
     """Raises ValueError if top_k exceeds the vocabulary."""
     if self.top_k is not None and self.top_k > vocab_size:
-      raise ValueError(
-          f"top_k must be <= the vocabulary size {vocab_size}, got {self.top_k}")
+      raise ValueError(f"top_k must be <= the vocabulary size {vocab_size}, got {self.top_k}")
 
-  def normalized(self, vocab_size: int) -> "SamplingConfig":
+  def normalized(self, vocab_size: int) -> SamplingConfig:
     """The same transform in one canonical form: top_k = V keeps every token (None).
 
     The samplers compile once per canonical form, so top_k = V and None (like top_p
@@ -93,8 +100,7 @@ class SamplingConfig:
 def _sanitize(logits: Array) -> Array:
   """float32, NaN -> -max, +-inf -> +-max."""
   logits = logits.astype(jnp.float32)
-  return jnp.nan_to_num(logits, nan=-_LOGIT_MAX, posinf=_LOGIT_MAX,
-                        neginf=-_LOGIT_MAX)
+  return jnp.nan_to_num(logits, nan=-_LOGIT_MAX, posinf=_LOGIT_MAX, neginf=-_LOGIT_MAX)
 
 
 def _top_k_mask(logits: Array, k: int) -> Array:
@@ -129,8 +135,7 @@ def blocks(values: Array, fill: float) -> Array:
   num_blocks = -(-size // BLOCK)
   padding = num_blocks * BLOCK - size
   if padding:
-    values = jnp.pad(values, [(0, 0)] * (values.ndim - 1) + [(0, padding)],
-                     constant_values=fill)
+    values = jnp.pad(values, [(0, 0)] * (values.ndim - 1) + [(0, padding)], constant_values=fill)
   return values.reshape(values.shape[:-1] + (num_blocks, BLOCK))
 
 
@@ -189,6 +194,7 @@ def greedy_tokens_checked(logits: Array) -> tuple[Array, Array]:
   at V = 32,128); lowered for any other platform, this XLA version.
   """
   from specdec.backends import cpu  # pylint: disable=g-import-not-at-top
+
   return cpu.greedy_checked(logits.astype(jnp.float32), _greedy_tokens_checked_xla)
 
 
@@ -205,9 +211,12 @@ def _greedy_tokens_checked_xla(logits: Array) -> tuple[Array, Array]:
   # Per row: where the raw maximum is not above -1e30 (or not finite), sanitizing
   # can move the first argmax; elsewhere both paths give the same token.
   sanitize = bad | (top <= -_LOGIT_MAX)
-  tokens = jax.lax.cond(jnp.any(sanitize),
-                        lambda raw: jnp.where(sanitize, greedy_tokens(logits), raw),
-                        lambda raw: raw, raw)
+  tokens = jax.lax.cond(
+    jnp.any(sanitize),
+    lambda raw: jnp.where(sanitize, greedy_tokens(logits), raw),
+    lambda raw: raw,
+    raw,
+  )
   return tokens, bad
 
 
@@ -220,12 +229,10 @@ def probabilities(logits: Array, sampling: SamplingConfig) -> Array:
   logits = _sanitize(logits)
   if sampling.greedy:
     return jax.nn.one_hot(first_argmax(logits), logits.shape[-1], dtype=jnp.float32)
-  return _shifted_probabilities(logits, jnp.max(logits, axis=-1, keepdims=True),
-                                sampling)
+  return _shifted_probabilities(logits, jnp.max(logits, axis=-1, keepdims=True), sampling)
 
 
-def probabilities_checked(logits: Array, sampling: SamplingConfig
-                          ) -> tuple[Array, Array]:
+def probabilities_checked(logits: Array, sampling: SamplingConfig) -> tuple[Array, Array]:
   """(`probabilities(logits, sampling)`, `nonfinite(logits)`) at temperature > 0, with
   one max-reduction over the logits where the two functions would take two: the raw
   logits' maximum is that of the sanitized ones unless `nonfinite` (or it is below
@@ -237,14 +244,15 @@ def probabilities_checked(logits: Array, sampling: SamplingConfig
   logits = _sanitize(raw)
   sanitize = (bad | (top[..., 0] < -_LOGIT_MAX))[..., None]
   top = jax.lax.cond(
-      jnp.any(sanitize),
-      lambda top: jnp.where(sanitize, jnp.max(logits, axis=-1, keepdims=True), top),
-      lambda top: top, top)
+    jnp.any(sanitize),
+    lambda top: jnp.where(sanitize, jnp.max(logits, axis=-1, keepdims=True), top),
+    lambda top: top,
+    top,
+  )
   return _shifted_probabilities(logits, top, sampling), bad
 
 
-def _shifted_probabilities(logits: Array, top: Array, sampling: SamplingConfig
-                           ) -> Array:
+def _shifted_probabilities(logits: Array, top: Array, sampling: SamplingConfig) -> Array:
   """`probabilities` at temperature > 0 of sanitized logits whose max is `top`."""
   # Shift the max to 0 first, so a temperature that underflows float32 sends every
   # other logit to -inf instead of computing 0 / 0.

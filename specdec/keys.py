@@ -17,16 +17,17 @@ def wrap_raw_key(rng: Array) -> Array:
   first (threefry: [..., 2]), else rbg's [..., 4] (`jax.random.key_impl` names)."""
   if rng.dtype != jnp.uint32:
     raise ValueError(
-        "rng must be a PRNG key (jax.random.key or PRNGKey), or one per row; got "
-        f"dtype {rng.dtype}, shape {rng.shape}")
+      "rng must be a PRNG key (jax.random.key or PRNGKey), or one per row; got "
+      f"dtype {rng.dtype}, shape {rng.shape}"
+    )
   try:
     return jax.random.wrap_key_data(rng)
   except (TypeError, ValueError) as default_error:
     if rng.shape[-1:] == (4,):
       return jax.random.wrap_key_data(rng, impl="rbg")
     raise ValueError(
-        f"rng: a raw key of shape {rng.shape} fits no PRNG implementation "
-        f"({default_error}); pass jax.random.key(...) or jax.random.PRNGKey(...)"
+      f"rng: a raw key of shape {rng.shape} fits no PRNG implementation "
+      f"({default_error}); pass jax.random.key(...) or jax.random.PRNGKey(...)"
     ) from default_error
 
 
@@ -38,11 +39,11 @@ def row_keys(rng: Array, batch: int) -> Array:
     return jax.vmap(lambda b: jax.random.fold_in(rng, b))(jnp.arange(batch))
   if rng.shape == (batch,):
     return rng
-  raise ValueError(
-      f"rng must be one key or one key per row ({batch}), got key shape {rng.shape}")
+  raise ValueError(f"rng must be one key or one key per row ({batch}), got key shape {rng.shape}")
 
 
 def iteration_keys(row_keys: Array, iterations: Array, num: int) -> Array:
   """[B] keys and per-row iteration counts -> [B, num] keys, fresh each iteration."""
   return jax.vmap(lambda k, i: jax.random.split(jax.random.fold_in(k, i), num))(
-      row_keys, iterations)
+    row_keys, iterations
+  )

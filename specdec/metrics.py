@@ -13,34 +13,42 @@ from collections.abc import Callable, Sequence
 
 from specdec import _optional
 
-ROUGE_KEYS = ('rouge1', 'rouge2', 'rougeLsum')
+ROUGE_KEYS = ("rouge1", "rouge2", "rougeLsum")
 
 
 def _check_pairs(targets: Sequence[str], predictions: Sequence[str]) -> None:
   if len(targets) != len(predictions):
-    raise ValueError(f'targets ({len(targets)}) and predictions ({len(predictions)}) '
-                     'must have the same length')
+    raise ValueError(
+      f"targets ({len(targets)}) and predictions ({len(predictions)}) must have the same length"
+    )
   if not targets:
-    raise ValueError('targets: no examples to score')
-  for name, texts in (('targets', targets), ('predictions', predictions)):
+    raise ValueError("targets: no examples to score")
+  for name, texts in (("targets", targets), ("predictions", predictions)):
     bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
     if bad:
-      raise TypeError(f'{name}[{bad[0]}] must be a str, got {type(texts[bad[0]]).__name__}')
+      raise TypeError(f"{name}[{bad[0]}] must be a str, got {type(texts[bad[0]]).__name__}")
 
 
 def bleu(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:
   """{'bleu': corpus BLEU in [0, 100]} with one reference per example (T5's `bleu`)."""
   _check_pairs(targets, predictions)
-  sacrebleu = _optional.require('sacrebleu', 't5x', 'bench', purpose='BLEU')
-  score = sacrebleu.corpus_bleu(list(predictions), [list(targets)], smooth_method='exp',
-                                smooth_value=0.0, force=False, lowercase=False,
-                                tokenize='intl', use_effective_order=False)
-  return {'bleu': float(score.score)}
+  sacrebleu = _optional.require("sacrebleu", "t5x", "bench", purpose="BLEU")
+  score = sacrebleu.corpus_bleu(
+    list(predictions),
+    [list(targets)],
+    smooth_method="exp",
+    smooth_value=0.0,
+    force=False,
+    lowercase=False,
+    tokenize="intl",
+    use_effective_order=False,
+  )
+  return {"bleu": float(score.score)}
 
 
 def _prepare_summary(summary: str) -> str:
   # T5's rule: a newline after each " . " so that rougeLsum splits sentences.
-  return summary.replace(' . ', ' .\n')
+  return summary.replace(" . ", " .\n")
 
 
 def rouge(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:
@@ -50,28 +58,28 @@ def rouge(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float
   can vary between calls; identical texts always score 100.
   """
   _check_pairs(targets, predictions)
-  rouge_scorer = _optional.require('rouge_score.rouge_scorer', 't5x', 'bench',
-                                   purpose='ROUGE')
-  scoring = _optional.require('rouge_score.scoring', 't5x', 'bench', purpose='ROUGE')
+  rouge_scorer = _optional.require("rouge_score.rouge_scorer", "t5x", "bench", purpose="ROUGE")
+  scoring = _optional.require("rouge_score.scoring", "t5x", "bench", purpose="ROUGE")
   scorer = rouge_scorer.RougeScorer(rouge_types=list(ROUGE_KEYS))
   aggregator = scoring.BootstrapAggregator()
   for target, prediction in zip(targets, predictions):
-    aggregator.add_scores(scorer.score(target=_prepare_summary(target),
-                                       prediction=_prepare_summary(prediction)))
+    aggregator.add_scores(
+      scorer.score(target=_prepare_summary(target), prediction=_prepare_summary(prediction))
+    )
   result = aggregator.aggregate()
   return {key: float(result[key].mid.fmeasure * 100) for key in ROUGE_KEYS}
 
 
 METRICS: dict[str, Callable[[Sequence[str], Sequence[str]], dict[str, float]]] = {
-    'bleu': bleu,
-    'rouge': rouge,
+  "bleu": bleu,
+  "rouge": rouge,
 }
 
 
 def metric_fn(name: str) -> Callable[[Sequence[str], Sequence[str]], dict[str, float]]:
   """The metric called `name` ('bleu' or 'rouge')."""
   if name not in METRICS:
-    raise ValueError(f'metric: unknown metric {name!r}; known: {sorted(METRICS)}')
+    raise ValueError(f"metric: unknown metric {name!r}; known: {sorted(METRICS)}")
   return METRICS[name]
 
 

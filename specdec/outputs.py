@@ -50,16 +50,21 @@ class SpeculativeStats:
   gammas: tuple[int, ...] = flax.struct.field(pytree_node=False, default=())
 
   @classmethod
-  def zeros(cls, batch: int, gammas: tuple[int, ...], max_new_tokens: int
-            ) -> "SpeculativeStats":
+  def zeros(cls, batch: int, gammas: tuple[int, ...], max_new_tokens: int) -> SpeculativeStats:
     """The statistics of B rows before their first iteration."""
     zeros = jnp.zeros((batch,), jnp.int32)
-    return cls(iterations=zeros, drafted=zeros, accepted=zeros,
-               beta_sum=jnp.zeros((batch,), jnp.float32), beta_count=zeros,
-               rejected=zeros, nonfinite=zeros,
-               gamma_counts=jnp.zeros((batch, len(gammas)), jnp.int32),
-               alpha_trace=jnp.zeros((batch, max_new_tokens), jnp.float32),
-               gammas=tuple(gammas))
+    return cls(
+      iterations=zeros,
+      drafted=zeros,
+      accepted=zeros,
+      beta_sum=jnp.zeros((batch,), jnp.float32),
+      beta_count=zeros,
+      rejected=zeros,
+      nonfinite=zeros,
+      gamma_counts=jnp.zeros((batch, len(gammas)), jnp.int32),
+      alpha_trace=jnp.zeros((batch, max_new_tokens), jnp.float32),
+      gammas=tuple(gammas),
+    )
 
   @property
   def alpha_hat(self) -> Array:
@@ -118,5 +123,5 @@ class SampleOutput:
   def scores(self) -> Array:
     """float32[B]: the log-probability of each row's output (sum of `log_probs`)."""
     if self.log_probs is None:
-      raise ValueError('scores: this output has no log_probs')
+      raise ValueError("scores: this output has no log_probs")
     return jnp.sum(self.log_probs, axis=-1)

@@ -33,26 +33,34 @@ from typing import Any
 import jax
 import numpy as np
 
-from specdec.io import load_t5x
-from specdec import data
-from specdec import _optional
-from specdec import metrics as metrics_lib
-from specdec import theory
+from specdec import _optional, data, metrics as metrics_lib, theory
 from specdec.distributions import SamplingConfig
+from specdec.io import load_t5x
 from specdec.models import t5
 from specdec.sample import autoregressive_sample, speculative_sample
 from specdec.t5x import config_of, gin_search_path
 
-PREDICTIONS_FILE = 'predictions.jsonl'
-METRICS_FILE = 'metrics.json'
-CONFIG_FILE = 'config.gin'
+PREDICTIONS_FILE = "predictions.jsonl"
+METRICS_FILE = "metrics.json"
+CONFIG_FILE = "config.gin"
 # The macros `configs/runs/specdec_run.gin` binds to `evaluate`.
-RUN_MACROS = ('TASK', 'TASK_FEATURE_LENGTHS', 'BATCH_SIZE', 'TARGET_MODULE',
-              'DRAFT_MODULE', 'TARGET_CHECKPOINT_PATH', 'DRAFT_CHECKPOINT_PATH',
-              'GAMMA', 'TEMPERATURE', 'OUTPUT_DIR')
-USAGE = ('usage: python -m specdec.run --gin_file=FILE [--gin_file=FILE ...] '
-         '[--gin.NAME=VALUE ...] [--gin_bindings=BINDING ...] '
-         '[--gin_search_paths=DIR,DIR]')
+RUN_MACROS = (
+  "TASK",
+  "TASK_FEATURE_LENGTHS",
+  "BATCH_SIZE",
+  "TARGET_MODULE",
+  "DRAFT_MODULE",
+  "TARGET_CHECKPOINT_PATH",
+  "DRAFT_CHECKPOINT_PATH",
+  "GAMMA",
+  "TEMPERATURE",
+  "OUTPUT_DIR",
+)
+USAGE = (
+  "usage: python -m specdec.run --gin_file=FILE [--gin_file=FILE ...] "
+  "[--gin.NAME=VALUE ...] [--gin_bindings=BINDING ...] "
+  "[--gin_search_paths=DIR,DIR]"
+)
 
 
 # ------------------------------------------------------------------------------
@@ -60,33 +68,38 @@ USAGE = ('usage: python -m specdec.run --gin_file=FILE [--gin_file=FILE ...] '
 # ------------------------------------------------------------------------------
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
   if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-    raise ValueError(f'{name} must be an int >= {minimum}, got {value!r}')
+    raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
   return value
 
 
 def _feature_lengths(value: Any) -> tuple[int, int]:
   """{'inputs': S, 'targets': L} -> (S, L)."""
-  if not isinstance(value, Mapping) or set(value) != {'inputs', 'targets'}:
-    raise ValueError("task_feature_lengths must be {'inputs': int, 'targets': int}, "
-                     f'got {value!r}')
-  return (_positive_int("task_feature_lengths['inputs']", value['inputs'], 2),
-          _positive_int("task_feature_lengths['targets']", value['targets']))
+  if not isinstance(value, Mapping) or set(value) != {"inputs", "targets"}:
+    raise ValueError(
+      f"task_feature_lengths must be {{'inputs': int, 'targets': int}}, got {value!r}"
+    )
+  return (
+    _positive_int("task_feature_lengths['inputs']", value["inputs"], 2),
+    _positive_int("task_feature_lengths['targets']", value["targets"]),
+  )
 
 
 def _local_checkpoint(name: str, path: Any) -> str:
   if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-    raise ValueError(f'{name} must be a checkpoint path, got {path!r}')
+    raise ValueError(f"{name} must be a checkpoint path, got {path!r}")
   path = os.fspath(path)
-  if '://' in path:
-    raise ValueError(f'{name}: {path} is not a local path; specdec.run reads local '
-                     'checkpoints only (copy it first, e.g. with gsutil -m cp -r)')
+  if "://" in path:
+    raise ValueError(
+      f"{name}: {path} is not a local path; specdec.run reads local "
+      "checkpoints only (copy it first, e.g. with gsutil -m cp -r)"
+    )
   if not os.path.exists(path):
-    raise FileNotFoundError(f'{name}: no such file or directory: {path}')
+    raise FileNotFoundError(f"{name}: no such file or directory: {path}")
   return path
 
 
 def _load_model(name: str, module: Any, path: str) -> t5.T5:
-  config = config_of(module, f'{name}_module')
+  config = config_of(module, f"{name}_module")
   params = load_t5x(path, config, dtype=config.dtype)
   return t5.T5(config, jax.device_put(params))
 
@@ -101,9 +114,13 @@ def _timed(fn, *args, **kwargs):
   return out, time.perf_counter() - start
 
 
-def example_records(examples: Sequence[Mapping[str, str]], predictions: Sequence[str],
-                    stats: Mapping[str, np.ndarray], times: np.ndarray,
-                    baseline: Mapping[str, Any] | None = None) -> list[dict]:
+def example_records(
+  examples: Sequence[Mapping[str, str]],
+  predictions: Sequence[str],
+  stats: Mapping[str, np.ndarray],
+  times: np.ndarray,
+  baseline: Mapping[str, Any] | None = None,
+) -> list[dict]:
   """One JSON-ready record per example.
 
   Args:
@@ -117,29 +134,39 @@ def example_records(examples: Sequence[Mapping[str, str]], predictions: Sequence
   """
   records = []
   for i, (example, prediction) in enumerate(zip(examples, predictions)):
-    iterations = int(stats['iterations'][i])
+    iterations = int(stats["iterations"][i])
     record = {
-        'index': i, 'inputs': example['inputs'], 'targets': example['targets'],
-        'prediction': prediction, 'length': int(stats['length'][i]),
-        'iterations': iterations, 'drafted': int(stats['drafted'][i]),
-        'accepted': int(stats['accepted'][i]),
-        'alpha_hat': float(stats['beta_sum'][i] / max(int(stats['beta_count'][i]), 1)),
-        'tokens_per_iteration': float((stats['accepted'][i] + iterations)
-                                      / max(iterations, 1)),
-        'time_s': float(times[i]),
+      "index": i,
+      "inputs": example["inputs"],
+      "targets": example["targets"],
+      "prediction": prediction,
+      "length": int(stats["length"][i]),
+      "iterations": iterations,
+      "drafted": int(stats["drafted"][i]),
+      "accepted": int(stats["accepted"][i]),
+      "alpha_hat": float(stats["beta_sum"][i] / max(int(stats["beta_count"][i]), 1)),
+      "tokens_per_iteration": float((stats["accepted"][i] + iterations) / max(iterations, 1)),
+      "time_s": float(times[i]),
     }
     if baseline is not None:
-      record.update(baseline_prediction=baseline['predictions'][i],
-                    baseline_tokens_equal=bool(baseline['tokens_equal'][i]),
-                    baseline_time_s=float(baseline['times'][i]))
+      record.update(
+        baseline_prediction=baseline["predictions"][i],
+        baseline_tokens_equal=bool(baseline["tokens_equal"][i]),
+        baseline_time_s=float(baseline["times"][i]),
+      )
     records.append(record)
   return records
 
 
-def summarize(records: Sequence[Mapping[str, Any]], stats: Mapping[str, np.ndarray],
-              metric: str, gamma: int, sampling: SamplingConfig,
-              batch_times: Sequence[float],
-              baseline_batch_times: Sequence[float] | None) -> dict[str, Any]:
+def summarize(
+  records: Sequence[Mapping[str, Any]],
+  stats: Mapping[str, np.ndarray],
+  metric: str,
+  gamma: int,
+  sampling: SamplingConfig,
+  batch_times: Sequence[float],
+  baseline_batch_times: Sequence[float] | None,
+) -> dict[str, Any]:
   """The metrics JSON of a run: the task's scores ('bleu', or 'rouge1', 'rouge2',
   'rougeLsum'), the speculative statistics, and wall times.
 
@@ -147,40 +174,54 @@ def summarize(records: Sequence[Mapping[str, Any]], stats: Mapping[str, np.ndarr
   estimate of alpha, E[beta]); tokens_per_iteration pools likewise and is compared
   with Equation 1 at that alpha.
   """
-  targets = [r['targets'] for r in records]
-  predictions = [r['prediction'] for r in records]
+  targets = [r["targets"] for r in records]
+  predictions = [r["prediction"] for r in records]
   score = metrics_lib.metric_fn(metric)
-  alpha = float(np.sum(stats['beta_sum']) / max(int(np.sum(stats['beta_count'])), 1))
-  iterations = int(np.sum(stats['iterations']))
+  alpha = float(np.sum(stats["beta_sum"]) / max(int(np.sum(stats["beta_count"])), 1))
+  iterations = int(np.sum(stats["iterations"]))
   result: dict[str, Any] = {
-      'num_examples': len(records), 'gamma': gamma,
-      'temperature': sampling.temperature, 'top_k': sampling.top_k,
-      'top_p': sampling.top_p,
-      **score(targets, predictions),
-      'alpha_hat': alpha,
-      'tokens_per_iteration': float((np.sum(stats['accepted']) + iterations)
-                                    / max(iterations, 1)),
-      'expected_tokens_per_iteration': float(theory.expected_tokens(alpha, gamma)),
-      'target_calls': iterations,
-      'tokens': int(np.sum(stats['length'])),
-      'time_s': float(np.sum(batch_times)),
+    "num_examples": len(records),
+    "gamma": gamma,
+    "temperature": sampling.temperature,
+    "top_k": sampling.top_k,
+    "top_p": sampling.top_p,
+    **score(targets, predictions),
+    "alpha_hat": alpha,
+    "tokens_per_iteration": float((np.sum(stats["accepted"]) + iterations) / max(iterations, 1)),
+    "expected_tokens_per_iteration": float(theory.expected_tokens(alpha, gamma)),
+    "target_calls": iterations,
+    "tokens": int(np.sum(stats["length"])),
+    "time_s": float(np.sum(batch_times)),
   }
   if baseline_batch_times is not None:
     baseline_time = float(np.sum(baseline_batch_times))
     result.update(
-        baseline={**score(targets, [r['baseline_prediction'] for r in records]),
-                  'time_s': baseline_time},
-        speedup=baseline_time / result['time_s'],
-        tokens_equal_to_baseline=float(np.mean([r['baseline_tokens_equal']
-                                                for r in records])))
+      baseline={
+        **score(targets, [r["baseline_prediction"] for r in records]),
+        "time_s": baseline_time,
+      },
+      speedup=baseline_time / result["time_s"],
+      tokens_equal_to_baseline=float(np.mean([r["baseline_tokens_equal"] for r in records])),
+    )
   return result
 
 
-def evaluate(*, task: str, task_feature_lengths: Mapping[str, int], batch_size: int,
-             target_module: Any, draft_module: Any, target_checkpoint_path: str,
-             draft_checkpoint_path: str, gamma: int, sampling: SamplingConfig,
-             output_dir: str, seed: int = 0, baseline: bool = True,
-             max_examples: int | None = None) -> dict[str, Any]:
+def evaluate(
+  *,
+  task: str,
+  task_feature_lengths: Mapping[str, int],
+  batch_size: int,
+  target_module: Any,
+  draft_module: Any,
+  target_checkpoint_path: str,
+  draft_checkpoint_path: str,
+  gamma: int,
+  sampling: SamplingConfig,
+  output_dir: str,
+  seed: int = 0,
+  baseline: bool = True,
+  max_examples: int | None = None,
+) -> dict[str, Any]:
   """Decodes a task with a target/draft pair and writes predictions and metrics.
 
   Args:
@@ -204,30 +245,32 @@ def evaluate(*, task: str, task_feature_lengths: Mapping[str, int], batch_size: 
   """
   spec = data.task_spec(task)
   input_length, max_new_tokens = _feature_lengths(task_feature_lengths)
-  _positive_int('batch_size', batch_size)
-  _positive_int('gamma', gamma)
+  _positive_int("batch_size", batch_size)
+  _positive_int("gamma", gamma)
   if not isinstance(sampling, SamplingConfig):
-    raise TypeError(f'sampling must be a specdec.SamplingConfig, got '
-                    f'{type(sampling).__name__}')
+    raise TypeError(f"sampling must be a specdec.SamplingConfig, got {type(sampling).__name__}")
   if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
-    raise ValueError(f'output_dir must be a directory path, got {output_dir!r}')
+    raise ValueError(f"output_dir must be a directory path, got {output_dir!r}")
   if max_examples is not None:
-    _positive_int('max_examples', max_examples)
-  target = _load_model('target', target_module,
-                       _local_checkpoint('target_checkpoint_path',
-                                         target_checkpoint_path))
-  draft = _load_model('draft', draft_module,
-                      _local_checkpoint('draft_checkpoint_path', draft_checkpoint_path))
+    _positive_int("max_examples", max_examples)
+  target = _load_model(
+    "target", target_module, _local_checkpoint("target_checkpoint_path", target_checkpoint_path)
+  )
+  draft = _load_model(
+    "draft", draft_module, _local_checkpoint("draft_checkpoint_path", draft_checkpoint_path)
+  )
   if target.vocab_size != draft.vocab_size:
-    raise ValueError(f'draft_module: vocab_size {draft.vocab_size} differs from the '
-                     f"target's {target.vocab_size}")
+    raise ValueError(
+      f"draft_module: vocab_size {draft.vocab_size} differs from the target's {target.vocab_size}"
+    )
 
   examples = data.load_examples(task)[:max_examples]
   vocab = data.Vocabulary()
-  encoded = np.stack([vocab.encode_padded(e['inputs'], input_length) for e in examples])
-  decode_kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, sampling=sampling,
-                                       eos_id=data.EOS_ID)
-  stat_keys = ('length', 'iterations', 'drafted', 'accepted', 'beta_sum', 'beta_count')
+  encoded = np.stack([vocab.encode_padded(e["inputs"], input_length) for e in examples])
+  decode_kwargs: dict[str, Any] = dict(
+    max_new_tokens=max_new_tokens, sampling=sampling, eos_id=data.EOS_ID
+  )
+  stat_keys = ("length", "iterations", "drafted", "accepted", "beta_sum", "beta_count")
   stat_rows: dict[str, list[np.ndarray]] = {k: [] for k in stat_keys}
   token_rows: list[np.ndarray] = []
   base_token_rows: list[np.ndarray] = []
@@ -236,24 +279,30 @@ def evaluate(*, task: str, task_feature_lengths: Mapping[str, int], batch_size: 
   base_times: list[float] = []
   base_batch_times: list[float] = []
   for i, start in enumerate(range(0, len(examples), batch_size)):
-    rows = encoded[start:start + batch_size]
+    rows = encoded[start : start + batch_size]
     real = len(rows)
     rows = np.concatenate([rows, np.repeat(rows[-1:], batch_size - real, axis=0)])
     rng = jax.random.fold_in(jax.random.PRNGKey(seed), i)
     if i == 0:  # compile outside the timed calls
-      jax.block_until_ready(speculative_sample(target, draft, rows, rng, gamma=gamma,
-                                               **decode_kwargs))
+      jax.block_until_ready(
+        speculative_sample(target, draft, rows, rng, gamma=gamma, **decode_kwargs)
+      )
       if baseline:
         jax.block_until_ready(autoregressive_sample(target, rows, rng, **decode_kwargs))
-    out, seconds = _timed(speculative_sample, target, draft, rows, rng, gamma=gamma,
-                          **decode_kwargs)
+    out, seconds = _timed(
+      speculative_sample, target, draft, rows, rng, gamma=gamma, **decode_kwargs
+    )
     token_rows.append(np.asarray(out.tokens)[:real])
     batch_times.append(seconds)
     times += [seconds] * real
-    for key, value in (('length', out.lengths), ('iterations', out.stats.iterations),
-                       ('drafted', out.stats.drafted), ('accepted', out.stats.accepted),
-                       ('beta_sum', out.stats.beta_sum),
-                       ('beta_count', out.stats.beta_count)):
+    for key, value in (
+      ("length", out.lengths),
+      ("iterations", out.stats.iterations),
+      ("drafted", out.stats.drafted),
+      ("accepted", out.stats.accepted),
+      ("beta_sum", out.stats.beta_sum),
+      ("beta_count", out.stats.beta_count),
+    ):
       stat_rows[key].append(np.asarray(value)[:real])
     if baseline:
       base, seconds = _timed(autoregressive_sample, target, rows, rng, **decode_kwargs)
@@ -267,33 +316,46 @@ def evaluate(*, task: str, task_feature_lengths: Mapping[str, int], batch_size: 
   baseline_info = None
   if baseline:
     base_tokens = np.concatenate(base_token_rows)
-    baseline_info = {'predictions': [vocab.decode(row) for row in base_tokens],
-                     'tokens_equal': np.all(base_tokens == tokens, axis=1),
-                     'times': np.asarray(base_times)}
-  records = example_records(examples, predictions, stats, np.asarray(times),
-                            baseline_info)
-  result = summarize(records, stats, spec.metric, gamma, sampling, batch_times,
-                     base_batch_times if baseline else None)
-  result.update(task=task, target_checkpoint_path=os.fspath(target_checkpoint_path),
-                draft_checkpoint_path=os.fspath(draft_checkpoint_path),
-                batch_size=batch_size, seed=seed)
+    baseline_info = {
+      "predictions": [vocab.decode(row) for row in base_tokens],
+      "tokens_equal": np.all(base_tokens == tokens, axis=1),
+      "times": np.asarray(base_times),
+    }
+  records = example_records(examples, predictions, stats, np.asarray(times), baseline_info)
+  result = summarize(
+    records,
+    stats,
+    spec.metric,
+    gamma,
+    sampling,
+    batch_times,
+    base_batch_times if baseline else None,
+  )
+  result.update(
+    task=task,
+    target_checkpoint_path=os.fspath(target_checkpoint_path),
+    draft_checkpoint_path=os.fspath(draft_checkpoint_path),
+    batch_size=batch_size,
+    seed=seed,
+  )
   write_outputs(output_dir, records, result)
   return result
 
 
-def write_outputs(output_dir: str | os.PathLike, records: Sequence[Mapping[str, Any]],
-                  result: Mapping[str, Any]) -> None:
+def write_outputs(
+  output_dir: str | os.PathLike, records: Sequence[Mapping[str, Any]], result: Mapping[str, Any]
+) -> None:
   """predictions.jsonl, metrics.json and (when gin is configured) config.gin."""
   output_dir = pathlib.Path(output_dir)
   output_dir.mkdir(parents=True, exist_ok=True)
-  with open(output_dir / PREDICTIONS_FILE, 'w', encoding='utf-8') as f:
+  with open(output_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as f:
     for record in records:
-      f.write(json.dumps(record, ensure_ascii=False) + '\n')
-  with open(output_dir / METRICS_FILE, 'w', encoding='utf-8') as f:
+      f.write(json.dumps(record, ensure_ascii=False) + "\n")
+  with open(output_dir / METRICS_FILE, "w", encoding="utf-8") as f:
     json.dump(result, f, indent=2, ensure_ascii=False)
-  if 'gin' in sys.modules:
-    gin = _optional.require('gin', 't5x')
-    (output_dir / CONFIG_FILE).write_text(gin.operative_config_str(), encoding='utf-8')
+  if "gin" in sys.modules:
+    gin = _optional.require("gin", "t5x")
+    (output_dir / CONFIG_FILE).write_text(gin.operative_config_str(), encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------
@@ -312,58 +374,61 @@ def parse_args(argv: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
   args = list(argv)
   while args:
     arg = args.pop(0)
-    if arg.startswith('--gin.'):
-      name, sep, value = arg[len('--gin.'):].partition('=')
+    if arg.startswith("--gin."):
+      name, sep, value = arg[len("--gin.") :].partition("=")
       if not sep or not name:
-        raise ValueError(f'{arg}: expected --gin.NAME=VALUE\n{USAGE}')
-      bindings.append(f'{name} = {value}')
+        raise ValueError(f"{arg}: expected --gin.NAME=VALUE\n{USAGE}")
+      bindings.append(f"{name} = {value}")
       continue
-    flag, sep, value = arg.partition('=')
-    if flag not in ('--gin_file', '--gin_bindings', '--gin_search_paths'):
-      raise ValueError(f'unknown argument {arg!r}\n{USAGE}')
+    flag, sep, value = arg.partition("=")
+    if flag not in ("--gin_file", "--gin_bindings", "--gin_search_paths"):
+      raise ValueError(f"unknown argument {arg!r}\n{USAGE}")
     if not sep:
       if not args:
-        raise ValueError(f'{flag} needs a value\n{USAGE}')
+        raise ValueError(f"{flag} needs a value\n{USAGE}")
       value = args.pop(0)
-    if flag == '--gin_file':
+    if flag == "--gin_file":
       files.append(value)
-    elif flag == '--gin_bindings':
+    elif flag == "--gin_bindings":
       bindings.append(value)
     else:
-      paths += [p for p in value.split(',') if p]
+      paths += [p for p in value.split(",") if p]
   if not files:
-    raise ValueError(f'no --gin_file given\n{USAGE}')
-  return files, bindings, paths + ['.', gin_search_path()]
+    raise ValueError(f"no --gin_file given\n{USAGE}")
+  return files, bindings, paths + [".", gin_search_path()]
 
 
 def _check_macros(names: Sequence[str]) -> None:
   """Raises ValueError naming the first macro that is undefined or %gin.REQUIRED."""
-  gin = _optional.require('gin', 't5x', purpose='specdec.run')
+  gin = _optional.require("gin", "t5x", purpose="specdec.run")
   for name in names:
     try:
-      value = gin.query_parameter(f'%{name}')
+      value = gin.query_parameter(f"%{name}")
     except ValueError as e:
-      raise ValueError(f'gin macro {name} is not defined: give a run file of '
-                       f'configs/runs or --gin.{name}=...') from e
+      raise ValueError(
+        f"gin macro {name} is not defined: give a run file of configs/runs or --gin.{name}=..."
+      ) from e
     # A macro set to another macro or to a constant (gin.REQUIRED) is a reference;
     # follow it to the value. Configurable references (@x()) are left unbuilt.
-    while (isinstance(value, gin.config.ConfigurableReference)
-           and value.selector in ('gin.macro', 'gin.constant')):
+    while isinstance(value, gin.config.ConfigurableReference) and value.selector in (
+      "gin.macro",
+      "gin.constant",
+    ):
       value = value.scoped_configurable_fn()
     if value is gin.REQUIRED:
-      raise ValueError(f'gin macro {name} is unset: pass --gin.{name}=...')
+      raise ValueError(f"gin macro {name} is unset: pass --gin.{name}=...")
 
 
 def __getattr__(name: str) -> Any:
   # PEP 562: `REPO_ROOT`, the old name of the directory `configs/` resolves under
   # (scripts add it to gin's search path), now the installed package's.
-  if name == 'REPO_ROOT':
+  if name == "REPO_ROOT":
     return pathlib.Path(gin_search_path())
-  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: Sequence[str]) -> dict[str, Any]:
-  gin = _optional.require('gin', 't5x', purpose='specdec.run')
+  gin = _optional.require("gin", "t5x", purpose="specdec.run")
   files, bindings, paths = parse_args(argv)
   for path in paths:
     gin.add_config_file_search_path(path)
@@ -372,12 +437,12 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
   # The run files bind `specdec.run.evaluate` by dynamic registration, which leaves
   # the function itself alone: its bindings apply to gin's wrapper of it. (Under
   # `python -m` this file is __main__; the wrapper is of the module specdec.run.)
-  return gin.get_configurable('specdec.run.evaluate')()
+  return gin.get_configurable("specdec.run.evaluate")()
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
   try:
     print(json.dumps(main(sys.argv[1:]), indent=2))
   except (ValueError, TypeError, FileNotFoundError, ImportError) as error:
-    print(f'specdec.run: {error}', file=sys.stderr)
+    print(f"specdec.run: {error}", file=sys.stderr)
     sys.exit(2)

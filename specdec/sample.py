@@ -38,7 +38,7 @@ random key) and stop on EOS or `max_new_tokens`; a finished row stops changing.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple
 
 import flax.struct
 import jax
@@ -47,15 +47,28 @@ import jax.numpy as jnp
 from specdec import adaptive, drafts, verify
 from specdec._checks import check_common, check_lenience, check_positive_int
 from specdec.adaptive import AutoGamma
-from specdec.distributions import (SamplingConfig, greedy_tokens_checked,
-                                   probabilities_checked, sample_categorical, uniform)
+from specdec.distributions import (
+  SamplingConfig,
+  greedy_tokens_checked,
+  probabilities_checked,
+  sample_categorical,
+  uniform,
+)
 from specdec.drafts.base import where_active
+from specdec.keys import iteration_keys as _iteration_keys, row_keys as _row_keys
 from specdec.models.base import DecodeModel, write_rows
 from specdec.outputs import AutoregressiveStats, SampleOutput, SpeculativeStats
-from specdec.keys import iteration_keys as _iteration_keys, row_keys as _row_keys
+
 # Steps 3 and 4, under the names this module has always offered.
-from specdec.verify import (accepts, beta, greedy_step, lenient_greedy_step,  # noqa: F401
-                            num_accepted, residual, speculative_step)
+from specdec.verify import (  # noqa: F401
+  accepts,
+  beta,
+  greedy_step,
+  lenient_greedy_step,
+  num_accepted,
+  residual,
+  speculative_step,
+)
 
 Array = jax.Array
 
@@ -104,20 +117,23 @@ class Draws(NamedTuple):
   """
 
   draft_keys: Array
-  r: Optional[Array]
+  r: Array | None
   t_keys: Array
 
 
-def draws(row_keys: Array, iterations: Array, gamma: int, max_gamma: int,
-          sampling: SamplingConfig) -> Draws:
+def draws(
+  row_keys: Array, iterations: Array, gamma: int, max_gamma: int, sampling: SamplingConfig
+) -> Draws:
   """The draws of each row's next iteration: its key folded with its iteration count,
   then with 0 (draft), 1 (r) and 2 (t). Fresh each iteration, and a function of the
   row's own key only, so a row's output does not depend on its batch."""
   base = jax.vmap(jax.random.fold_in)(row_keys, iterations)
   draft_keys, r_keys, t_keys = (
-      jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(base) for i in range(3))
-  r = (None if sampling.greedy or gamma == 0
-       else jax.vmap(lambda k: uniform(k, (max_gamma,)))(r_keys))
+    jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(base) for i in range(3)
+  )
+  r = (
+    None if sampling.greedy or gamma == 0 else jax.vmap(lambda k: uniform(k, (max_gamma,)))(r_keys)
+  )
   return Draws(jax.vmap(lambda k: jax.random.split(k, gamma))(draft_keys), r, t_keys)
 
 
@@ -133,7 +149,7 @@ class _TargetCall(NamedTuple):
   """
 
   logits: Array
-  features: Optional[Array]
+  features: Array | None
   target_state: Any
   start: Array
 
@@ -144,8 +160,9 @@ def _target_init(target, inputs, capacity, with_features: bool):
   return target.init(inputs, capacity), None
 
 
-def _draft(proposer: drafts.Proposer, s: _SpeculativeState, keys: Array,
-           sampling: SamplingConfig, gamma: int) -> drafts.Proposal:
+def _draft(
+  proposer: drafts.Proposer, s: _SpeculativeState, keys: Array, sampling: SamplingConfig, gamma: int
+) -> drafts.Proposal:
   """Step 1: x_1..x_gamma, x_i ~ q_i, from the proposer."""
   return drafts.Proposal(*proposer.propose(s.proposer_state, keys, sampling, gamma))
 
@@ -161,7 +178,7 @@ def _verify(target, s: _SpeculativeState, x: Array, with_features: bool) -> _Tar
   return _TargetCall(logits, None, target_state, start)
 
 
-def _first_eos(chunk: Array, valid: Array, eos_id: Optional[int]) -> Array:
+def _first_eos(chunk: Array, valid: Array, eos_id: int | None) -> Array:
   """Index of the first valid EOS in each row of chunk [B, k], or k. int32[B]."""
   k = chunk.shape[1]
   if eos_id is None:
@@ -170,32 +187,46 @@ def _first_eos(chunk: Array, valid: Array, eos_id: Optional[int]) -> Array:
   return jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), k).astype(jnp.int32)
 
 
-def _commit(s: _SpeculativeState, proposer: drafts.Proposer, target, proposal,
-            call: _TargetCall, verdict: verify.Verdict, gamma: int, max_new_tokens: int,
-            eos_id: Optional[int]) -> _SpeculativeState:
+def _commit(
+  s: _SpeculativeState,
+  proposer: drafts.Proposer,
+  target,
+  proposal,
+  call: _TargetCall,
+  verdict: verify.Verdict,
+  gamma: int,
+  max_new_tokens: int,
+  eos_id: int | None,
+) -> _SpeculativeState:
   """Commits x_1..x_n, t in each active row (up to its first EOS); a finished row
   stops changing. The chunk's slots past n hold t too and are never read."""
   n, t = verdict.n, verdict.t
   active = ~s.done
-  chunk = jnp.where(jnp.arange(gamma + 1)[None] < n[:, None],
-                    jnp.concatenate([proposal.x, t[:, None]], axis=1), t[:, None])
-  chunk_log_probs = (jnp.zeros(chunk.shape, jnp.float32) if verdict.p is None
-                     else verify.log_probs(verify.take(verdict.p, chunk)))
+  chunk = jnp.where(
+    jnp.arange(gamma + 1)[None] < n[:, None],
+    jnp.concatenate([proposal.x, t[:, None]], axis=1),
+    t[:, None],
+  )
+  chunk_log_probs = (
+    jnp.zeros(chunk.shape, jnp.float32)
+    if verdict.p is None
+    else verify.log_probs(verify.take(verdict.p, chunk))
+  )
   eos_at = _first_eos(chunk, jnp.arange(gamma + 1)[None] <= n[:, None], eos_id)
   hit_eos = eos_at <= n
   num_generated = s.num_generated + jnp.where(hit_eos, eos_at, n) + 1
   keep = functools.partial(where_active, active)
   return s.replace(
-      target_state=target.rewind(call.target_state,
-                                 jnp.where(active, call.start + n + 1, call.start)),
-      proposer_state=proposer.commit(proposal.state, chunk, n, gamma, call.features,
-                                     active),
-      last=keep(t, s.last),
-      tokens=keep(write_rows(s.tokens, chunk, s.num_generated), s.tokens),
-      log_probs=keep(write_rows(s.log_probs, chunk_log_probs, s.num_generated),
-                     s.log_probs),
-      num_generated=keep(num_generated, s.num_generated),
-      done=s.done | hit_eos | (num_generated >= max_new_tokens))
+    target_state=target.rewind(
+      call.target_state, jnp.where(active, call.start + n + 1, call.start)
+    ),
+    proposer_state=proposer.commit(proposal.state, chunk, n, gamma, call.features, active),
+    last=keep(t, s.last),
+    tokens=keep(write_rows(s.tokens, chunk, s.num_generated), s.tokens),
+    log_probs=keep(write_rows(s.log_probs, chunk_log_probs, s.num_generated), s.log_probs),
+    num_generated=keep(num_generated, s.num_generated),
+    done=s.done | hit_eos | (num_generated >= max_new_tokens),
+  )
 
 
 def _observed(n: Array, gamma: int, active: Array) -> Array:
@@ -204,30 +235,38 @@ def _observed(n: Array, gamma: int, active: Array) -> Array:
   return (jnp.arange(gamma)[None] < jnp.minimum(n + 1, gamma)[:, None]) & active[:, None]
 
 
-def _count(stats: SpeculativeStats, alpha_hat: Array, index: int, gamma: int,
-           active: Array, verdict: verify.Verdict, draft_bad: Array,
-           max_new_tokens: int) -> SpeculativeStats:
+def _count(
+  stats: SpeculativeStats,
+  alpha_hat: Array,
+  index: int,
+  gamma: int,
+  active: Array,
+  verdict: verify.Verdict,
+  draft_bad: Array,
+  max_new_tokens: int,
+) -> SpeculativeStats:
   """Adds one iteration at rule.gammas[index] = gamma to each active row's stats;
   `alpha_hat` [B] is the estimate the choice was made from."""
   n = verdict.n
   observed = _observed(n, gamma, active)
   slot = jnp.minimum(stats.iterations, max_new_tokens - 1)
   return stats.replace(
-      iterations=stats.iterations + active,
-      drafted=stats.drafted + gamma * active,
-      accepted=stats.accepted + n * active,
-      beta_sum=stats.beta_sum + jnp.sum(jnp.where(observed, verdict.beta, 0.0), axis=1),
-      beta_count=stats.beta_count + jnp.sum(observed, axis=1, dtype=jnp.int32),
-      rejected=stats.rejected + ((n < gamma) & active).astype(jnp.int32),
-      nonfinite=stats.nonfinite + (draft_bad + jnp.sum(verdict.bad, axis=1,
-                                                       dtype=jnp.int32)) * active,
-      gamma_counts=stats.gamma_counts.at[:, index].add(active.astype(jnp.int32)),
-      alpha_trace=where_active(active, write_rows(stats.alpha_trace, alpha_hat[:, None],
-                                                  slot), stats.alpha_trace))
+    iterations=stats.iterations + active,
+    drafted=stats.drafted + gamma * active,
+    accepted=stats.accepted + n * active,
+    beta_sum=stats.beta_sum + jnp.sum(jnp.where(observed, verdict.beta, 0.0), axis=1),
+    beta_count=stats.beta_count + jnp.sum(observed, axis=1, dtype=jnp.int32),
+    rejected=stats.rejected + ((n < gamma) & active).astype(jnp.int32),
+    nonfinite=stats.nonfinite
+    + (draft_bad + jnp.sum(verdict.bad, axis=1, dtype=jnp.int32)) * active,
+    gamma_counts=stats.gamma_counts.at[:, index].add(active.astype(jnp.int32)),
+    alpha_trace=where_active(
+      active, write_rows(stats.alpha_trace, alpha_hat[:, None], slot), stats.alpha_trace
+    ),
+  )
 
 
-def _finalize(tokens: Array, log_probs: Array, num_generated: Array,
-              max_new_tokens: int):
+def _finalize(tokens: Array, log_probs: Array, num_generated: Array, max_new_tokens: int):
   """Truncate to max_new_tokens and zero everything past each row's length."""
   lengths = jnp.minimum(num_generated, max_new_tokens)
   valid = jnp.arange(max_new_tokens) < lengths[:, None]
@@ -236,15 +275,17 @@ def _finalize(tokens: Array, log_probs: Array, num_generated: Array,
   return tokens, log_probs, lengths
 
 
-def _rule(gamma: Union[int, AutoGamma]) -> AutoGamma:
+def _rule(gamma: int | AutoGamma) -> AutoGamma:
   """A fixed gamma as a rule with one choice."""
   return gamma if isinstance(gamma, AutoGamma) else AutoGamma(gammas=(gamma,), costs=(1.0,))
 
 
-@functools.partial(jax.jit, static_argnames=("gamma", "max_new_tokens", "sampling",
-                                             "eos_id", "lenience"))
-def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampling,
-                     eos_id, lenience=1.0):
+@functools.partial(
+  jax.jit, static_argnames=("gamma", "max_new_tokens", "sampling", "eos_id", "lenience")
+)
+def _speculative_jit(
+  target, draft, inputs, rng, *, gamma, max_new_tokens, sampling, eos_id, lenience=1.0
+):
   rule = _rule(gamma)
   big = rule.max_gamma
   proposer = drafts.as_proposer(draft)
@@ -253,41 +294,53 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
   capacity = max_new_tokens + big + 1
   target_state, prompt_features = _target_init(target, inputs, capacity, features)
   state = _SpeculativeState(
-      target_state=target_state,
-      proposer_state=proposer.start(inputs, capacity, big, rule.gammas[0] == 0,
-                                    prompt_features),
-      last=target.start_tokens(inputs),
-      tokens=jnp.zeros((batch, capacity), jnp.int32),
-      log_probs=jnp.zeros((batch, capacity), jnp.float32),
-      num_generated=jnp.zeros((batch,), jnp.int32),
-      done=jnp.zeros((batch,), bool),
-      row_keys=_row_keys(rng, batch),
-      estimate=adaptive.Estimate.zeros(batch),
-      stats=SpeculativeStats.zeros(batch, rule.gammas, max_new_tokens))
+    target_state=target_state,
+    proposer_state=proposer.start(inputs, capacity, big, rule.gammas[0] == 0, prompt_features),
+    last=target.start_tokens(inputs),
+    tokens=jnp.zeros((batch, capacity), jnp.int32),
+    log_probs=jnp.zeros((batch, capacity), jnp.float32),
+    num_generated=jnp.zeros((batch,), jnp.int32),
+    done=jnp.zeros((batch,), bool),
+    row_keys=_row_keys(rng, batch),
+    estimate=adaptive.Estimate.zeros(batch),
+    stats=SpeculativeStats.zeros(batch, rule.gammas, max_new_tokens),
+  )
 
   def iteration(index: int, s: _SpeculativeState) -> _SpeculativeState:
     """One iteration of Algorithm 1 with gamma = rule.gammas[index] (static)."""
     gamma = rule.gammas[index]
     active = ~s.done
     d = draws(s.row_keys, s.stats.iterations, gamma, big, sampling)
-    proposal = _draft(proposer, s, d.draft_keys, sampling, gamma)           # 1.
-    call = _verify(target, s, proposal.x, features)                         # 2.
-    verdict = verify.verify(call.logits, proposal.x, proposal.q, d.r,       # 3, 4.
-                            d.t_keys, sampling, lenience)
-    committed = _commit(s, proposer, target, proposal, call, verdict, gamma,
-                        max_new_tokens, eos_id)
+    proposal = _draft(proposer, s, d.draft_keys, sampling, gamma)  # 1.
+    call = _verify(target, s, proposal.x, features)  # 2.
+    verdict = verify.verify(
+      call.logits,
+      proposal.x,
+      proposal.q,
+      d.r,  # 3, 4.
+      d.t_keys,
+      sampling,
+      lenience,
+    )
+    committed = _commit(s, proposer, target, proposal, call, verdict, gamma, max_new_tokens, eos_id)
     return committed.replace(
-        estimate=s.estimate.update(rule, verdict.beta,
-                                   _observed(verdict.n, gamma, active), active),
-        stats=_count(s.stats, s.estimate.alpha(rule), index, gamma, active, verdict,
-                     proposal.bad, max_new_tokens))
+      estimate=s.estimate.update(rule, verdict.beta, _observed(verdict.n, gamma, active), active),
+      stats=_count(
+        s.stats, s.estimate.alpha(rule), index, gamma, active, verdict, proposal.bad, max_new_tokens
+      ),
+    )
 
   def choice(s: _SpeculativeState) -> Array:
     """The index of the next iteration's gamma, from the past only (`adaptive`)."""
-    return rule.pick(adaptive.Progress(
-        alpha_hat=s.estimate.alpha(rule), active=~s.done,
-        remaining=max_new_tokens - s.num_generated, iterations=s.stats.iterations,
-        row_keys=s.row_keys))
+    return rule.pick(
+      adaptive.Progress(
+        alpha_hat=s.estimate.alpha(rule),
+        active=~s.done,
+        remaining=max_new_tokens - s.num_generated,
+        iterations=s.stats.iterations,
+        row_keys=s.row_keys,
+      )
+    )
 
   def cond_fn(s: _SpeculativeState):
     return jnp.any(~s.done)
@@ -302,21 +355,22 @@ def _speculative_jit(target, draft, inputs, rng, *, gamma, max_new_tokens, sampl
     if len(rule.gammas) == 1:
       return iteration(0, s)
     for i in range(len(rule.gammas)):
-      s = jax.lax.while_loop(lambda s, i=i: jnp.any(~s.done) & (choice(s) == i),
-                             functools.partial(iteration, i), s)
+      s = jax.lax.while_loop(
+        lambda s, i=i: jnp.any(~s.done) & (choice(s) == i), functools.partial(iteration, i), s
+      )
       if rule.gammas[i] == 0 and isinstance(proposer, drafts.CatchesUp):
         # Tokens owed by iterations without drafts, fed before the next draft step:
         # a loop of zero or one pass, updated in place.
         s = jax.lax.while_loop(
-            lambda s: jnp.any(proposer.owes(s.proposer_state)),
-            lambda s: s.replace(proposer_state=proposer.catch_up(s.proposer_state)), s)
+          lambda s: jnp.any(proposer.owes(s.proposer_state)),
+          lambda s: s.replace(proposer_state=proposer.catch_up(s.proposer_state)),
+          s,
+        )
     return s
 
   s = jax.lax.while_loop(cond_fn, body_fn, state)
-  tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated,
-                                         max_new_tokens)
-  return SampleOutput(tokens=tokens, lengths=lengths, stats=s.stats,
-                      log_probs=log_probs)
+  tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated, max_new_tokens)
+  return SampleOutput(tokens=tokens, lengths=lengths, stats=s.stats, log_probs=log_probs)
 
 
 @flax.struct.dataclass
@@ -334,21 +388,23 @@ class _AutoregressiveState:
   nonfinite: Array
 
 
-def _autoregressive_loop(target, inputs, rng, max_new_tokens, sampling, eos_id
-                         ) -> _AutoregressiveState:
+def _autoregressive_loop(
+  target, inputs, rng, max_new_tokens, sampling, eos_id
+) -> _AutoregressiveState:
   """The baseline's `lax.while_loop`: one target call per token."""
   batch = inputs.shape[0]
   zeros = jnp.zeros((batch,), jnp.int32)
   state = _AutoregressiveState(
-      target_state=target.init(inputs, max_new_tokens + 1),
-      last=target.start_tokens(inputs),
-      tokens=jnp.zeros((batch, max_new_tokens), jnp.int32),
-      log_probs=jnp.zeros((batch, max_new_tokens), jnp.float32),
-      num_generated=zeros,
-      done=jnp.zeros((batch,), bool),
-      row_keys=_row_keys(rng, batch),
-      iterations=zeros,
-      nonfinite=zeros)
+    target_state=target.init(inputs, max_new_tokens + 1),
+    last=target.start_tokens(inputs),
+    tokens=jnp.zeros((batch, max_new_tokens), jnp.int32),
+    log_probs=jnp.zeros((batch, max_new_tokens), jnp.float32),
+    num_generated=zeros,
+    done=jnp.zeros((batch,), bool),
+    row_keys=_row_keys(rng, batch),
+    iterations=zeros,
+    nonfinite=zeros,
+  )
 
   def cond_fn(s: _AutoregressiveState):
     return jnp.any(~s.done)
@@ -371,15 +427,16 @@ def _autoregressive_loop(target, inputs, rng, max_new_tokens, sampling, eos_id
     tokens = write_rows(s.tokens, t[:, None], slot)
     log_probs = write_rows(s.log_probs, log_p[:, None], slot)
     return _AutoregressiveState(
-        target_state=target.rewind(target_state, jnp.where(active, start + 1, start)),
-        last=jnp.where(active, t, s.last),
-        tokens=jnp.where(active[:, None], tokens, s.tokens),
-        log_probs=jnp.where(active[:, None], log_probs, s.log_probs),
-        num_generated=num_generated,
-        done=s.done | (active & hit_eos) | (num_generated >= max_new_tokens),
-        row_keys=s.row_keys,
-        iterations=s.iterations + active,
-        nonfinite=s.nonfinite + (bad & active).astype(jnp.int32))
+      target_state=target.rewind(target_state, jnp.where(active, start + 1, start)),
+      last=jnp.where(active, t, s.last),
+      tokens=jnp.where(active[:, None], tokens, s.tokens),
+      log_probs=jnp.where(active[:, None], log_probs, s.log_probs),
+      num_generated=num_generated,
+      done=s.done | (active & hit_eos) | (num_generated >= max_new_tokens),
+      row_keys=s.row_keys,
+      iterations=s.iterations + active,
+      nonfinite=s.nonfinite + (bad & active).astype(jnp.int32),
+    )
 
   return jax.lax.while_loop(cond_fn, body_fn, state)
 
@@ -387,30 +444,31 @@ def _autoregressive_loop(target, inputs, rng, max_new_tokens, sampling, eos_id
 @functools.partial(jax.jit, static_argnames=("max_new_tokens", "sampling", "eos_id"))
 def _autoregressive_jit(target, inputs, rng, *, max_new_tokens, sampling, eos_id):
   s = _autoregressive_loop(target, inputs, rng, max_new_tokens, sampling, eos_id)
-  tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated,
-                                         max_new_tokens)
-  return SampleOutput(tokens=tokens, lengths=lengths,
-                      stats=AutoregressiveStats(iterations=s.iterations,
-                                                nonfinite=s.nonfinite),
-                      log_probs=log_probs)
+  tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated, max_new_tokens)
+  return SampleOutput(
+    tokens=tokens,
+    lengths=lengths,
+    stats=AutoregressiveStats(iterations=s.iterations, nonfinite=s.nonfinite),
+    log_probs=log_probs,
+  )
 
 
-@functools.partial(jax.jit, static_argnames=("rule", "max_new_tokens", "sampling",
-                                             "eos_id"))
+@functools.partial(jax.jit, static_argnames=("rule", "max_new_tokens", "sampling", "eos_id"))
 def _plain_jit(target, inputs, rng, *, rule, max_new_tokens, sampling, eos_id):
   """A decode whose rule never drafts (`adaptive.never_drafts`): the baseline's loop,
   with the statistics the speculative loop would have kept (every iteration at gamma
   0, alpha_hat at the prior)."""
   s = _autoregressive_loop(target, inputs, rng, max_new_tokens, sampling, eos_id)
-  tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated,
-                                         max_new_tokens)
+  tokens, log_probs, lengths = _finalize(s.tokens, s.log_probs, s.num_generated, max_new_tokens)
   ran = jnp.arange(max_new_tokens)[None] < s.iterations[:, None]
   prior = adaptive.Estimate.zeros(inputs.shape[0]).alpha(rule)[:, None]
   stats = SpeculativeStats.zeros(inputs.shape[0], rule.gammas, max_new_tokens)
   stats = stats.replace(
-      iterations=s.iterations, nonfinite=s.nonfinite,
-      gamma_counts=stats.gamma_counts.at[:, rule.gammas.index(0)].set(s.iterations),
-      alpha_trace=jnp.where(ran, prior, 0.0))
+    iterations=s.iterations,
+    nonfinite=s.nonfinite,
+    gamma_counts=stats.gamma_counts.at[:, rule.gammas.index(0)].set(s.iterations),
+    alpha_trace=jnp.where(ran, prior, 0.0),
+  )
   return SampleOutput(tokens=tokens, lengths=lengths, stats=stats, log_probs=log_probs)
 
 
@@ -422,11 +480,18 @@ def reads_target_features(draft: Any) -> bool:
   return drafts.as_proposer(draft).reads_target_features
 
 
-def speculative_sample(target: DecodeModel, draft: Any, inputs: Array,
-                       rng: Array, *, gamma: Union[int, AutoGamma], max_new_tokens: int,
-                       sampling: SamplingConfig = SamplingConfig(),
-                       eos_id: Optional[int] = None,
-                       lenience: float = 1.0) -> SampleOutput:
+def speculative_sample(
+  target: DecodeModel,
+  draft: Any,
+  inputs: Array,
+  rng: Array,
+  *,
+  gamma: int | AutoGamma,
+  max_new_tokens: int,
+  sampling: SamplingConfig = SamplingConfig(),
+  eos_id: int | None = None,
+  lenience: float = 1.0,
+) -> SampleOutput:
   """Samples from the target Mp with speculative decoding (Algorithm 1).
 
   Exactly Mp's output distribution (Appendix A.1) under `sampling` applied to both
@@ -477,28 +542,46 @@ def speculative_sample(target: DecodeModel, draft: Any, inputs: Array,
   check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
   proposer = drafts.as_proposer(draft)
   if proposer.vocab_size != target.vocab_size:
-    raise ValueError(f"vocab_size of target ({target.vocab_size}) and draft "
-                     f"({proposer.vocab_size}) differ: Algorithm 1 compares p and q "
-                     "token by token")
+    raise ValueError(
+      f"vocab_size of target ({target.vocab_size}) and draft "
+      f"({proposer.vocab_size}) differ: Algorithm 1 compares p and q "
+      "token by token"
+    )
   if isinstance(draft, DecodeModel):  # Same vocabulary size: its ids are checked.
-    check_common(draft, "draft", inputs, max_new_tokens, sampling, eos_id,
-                 check_ids=False)
+    check_common(draft, "draft", inputs, max_new_tokens, sampling, eos_id, check_ids=False)
   drafts.check_target(proposer, target)
   if isinstance(gamma, AutoGamma) and adaptive.never_drafts(gamma):
-    return _plain_jit(target, inputs, rng, rule=gamma, max_new_tokens=int(max_new_tokens),
-                      sampling=sampling.normalized(target.vocab_size),
-                      eos_id=None if eos_id is None else int(eos_id))
-  return _speculative_jit(target, draft, inputs, rng, gamma=gamma,
-                          max_new_tokens=int(max_new_tokens),
-                          sampling=sampling.normalized(target.vocab_size),
-                          eos_id=None if eos_id is None else int(eos_id),
-                          lenience=lenience)
+    return _plain_jit(
+      target,
+      inputs,
+      rng,
+      rule=gamma,
+      max_new_tokens=int(max_new_tokens),
+      sampling=sampling.normalized(target.vocab_size),
+      eos_id=None if eos_id is None else int(eos_id),
+    )
+  return _speculative_jit(
+    target,
+    draft,
+    inputs,
+    rng,
+    gamma=gamma,
+    max_new_tokens=int(max_new_tokens),
+    sampling=sampling.normalized(target.vocab_size),
+    eos_id=None if eos_id is None else int(eos_id),
+    lenience=lenience,
+  )
 
 
-def autoregressive_sample(target: DecodeModel, inputs: Array, rng: Array, *,
-                          max_new_tokens: int,
-                          sampling: SamplingConfig = SamplingConfig(),
-                          eos_id: Optional[int] = None) -> SampleOutput:
+def autoregressive_sample(
+  target: DecodeModel,
+  inputs: Array,
+  rng: Array,
+  *,
+  max_new_tokens: int,
+  sampling: SamplingConfig = SamplingConfig(),
+  eos_id: int | None = None,
+) -> SampleOutput:
   """The baseline: one target call per token, in one compiled `lax.while_loop`.
 
   Same arguments, outputs and per-row randomness convention as `speculative_sample`;
@@ -506,22 +589,40 @@ def autoregressive_sample(target: DecodeModel, inputs: Array, rng: Array, *,
   equal token for token.
   """
   check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
-  return _autoregressive_jit(target, inputs, rng, max_new_tokens=int(max_new_tokens),
-                             sampling=sampling.normalized(target.vocab_size),
-                             eos_id=None if eos_id is None else int(eos_id))
+  return _autoregressive_jit(
+    target,
+    inputs,
+    rng,
+    max_new_tokens=int(max_new_tokens),
+    sampling=sampling.normalized(target.vocab_size),
+    eos_id=None if eos_id is None else int(eos_id),
+  )
 
 
-def speculative_loop(target: DecodeModel, draft: Any, inputs: Array, rng: Array, *,
-                     gamma: Union[int, AutoGamma], max_new_tokens: int,
-                     sampling: SamplingConfig = SamplingConfig(),
-                     eos_id: Optional[int] = None) -> SampleOutput:
+def speculative_loop(
+  target: DecodeModel,
+  draft: Any,
+  inputs: Array,
+  rng: Array,
+  *,
+  gamma: int | AutoGamma,
+  max_new_tokens: int,
+  sampling: SamplingConfig = SamplingConfig(),
+  eos_id: int | None = None,
+) -> SampleOutput:
   """`speculative_sample`'s compiled loop (Algorithm 1), also for a rule that never
   drafts, which `speculative_sample` hands to the baseline's loop instead: here every
   iteration of such a rule runs the speculative loop at gamma 0. That is what a gamma-0
   iteration costs inside a decode that drafts (`specdec.costs.iteration_costs`). Same
   arguments and output as `speculative_sample`, which checks them; this does not.
   """
-  return _speculative_jit(target, draft, inputs, rng, gamma=gamma,
-                          max_new_tokens=int(max_new_tokens),
-                          sampling=sampling.normalized(target.vocab_size),
-                          eos_id=None if eos_id is None else int(eos_id))
+  return _speculative_jit(
+    target,
+    draft,
+    inputs,
+    rng,
+    gamma=gamma,
+    max_new_tokens=int(max_new_tokens),
+    sampling=sampling.normalized(target.vocab_size),
+    eos_id=None if eos_id is None else int(eos_id),
+  )

@@ -26,19 +26,21 @@ from specdec import _optional
 
 # seqio brings TensorFlow; both are optional for specdec (the same data without seqio:
 # specdec.data).
-seqio = _optional.require('seqio', 't5x', purpose='specdec.tasks (seqio tasks)')
-tf = _optional.require('tensorflow', 't5x', purpose='specdec.tasks (seqio tasks)')
+seqio = _optional.require("seqio", "t5x", purpose="specdec.tasks (seqio tasks)")
+tf = _optional.require("tensorflow", "t5x", purpose="specdec.tasks (seqio tasks)")
 
-from specdec import data  # pylint: disable=g-import-not-at-top,wrong-import-position
-from specdec import metrics
-from specdec import pretrained
+from specdec import (
+  data,  # pylint: disable=g-import-not-at-top,wrong-import-position
+  metrics,
+  pretrained,
+)
 
-MULTI30K_PAIR = 'multi30k_ende'
-MULTI30K_SPLIT = 'test_2016_flickr'
-MULTI30K_TASK = 'specdec_multi30k_ende'
-WMT_TFDS_TASK = data.WMT_TASK + '_tfds'
-CNNDM_TFDS_TASK = data.CNNDM_TASK + '_tfds'
-TFDS_SPLITS = ('train', 'validation', 'test')
+MULTI30K_PAIR = "multi30k_ende"
+MULTI30K_SPLIT = "test_2016_flickr"
+MULTI30K_TASK = "specdec_multi30k_ende"
+WMT_TFDS_TASK = data.WMT_TASK + "_tfds"
+CNNDM_TFDS_TASK = data.CNNDM_TASK + "_tfds"
+TFDS_SPLITS = ("train", "validation", "test")
 
 
 def vocabulary() -> seqio.SentencePieceVocabulary:
@@ -49,22 +51,25 @@ def vocabulary() -> seqio.SentencePieceVocabulary:
 def output_features() -> dict[str, seqio.Feature]:
   """T5's 'inputs' and 'targets': the shared vocabulary, EOS-terminated."""
   vocab = vocabulary()
-  return {'inputs': seqio.Feature(vocabulary=vocab, add_eos=True),
-          'targets': seqio.Feature(vocabulary=vocab, add_eos=True)}
+  return {
+    "inputs": seqio.Feature(vocabulary=vocab, add_eos=True),
+    "targets": seqio.Feature(vocabulary=vocab, add_eos=True),
+  }
 
 
 @seqio.map_over_dataset
 def translate_en_de(x):
   """{'en', 'de'} -> {'inputs': 'translate English to German: ' + en, 'targets': de}."""
-  return {'inputs': tf.strings.join([data.TRANSLATE_PREFIX, x['en']]),
-          'targets': x['de']}
+  return {"inputs": tf.strings.join([data.TRANSLATE_PREFIX, x["en"]]), "targets": x["de"]}
 
 
 @seqio.map_over_dataset
 def summarize(x):
   """{'article', 'highlights'} -> {'inputs': 'summarize: ' + article, 'targets': ...}."""
-  return {'inputs': tf.strings.join([data.SUMMARIZE_PREFIX, x['article']]),
-          'targets': x['highlights']}
+  return {
+    "inputs": tf.strings.join([data.SUMMARIZE_PREFIX, x["article"]]),
+    "targets": x["highlights"],
+  }
 
 
 # The tf.data twins of `data.translate_en_de` and `data.summarize`.
@@ -83,11 +88,11 @@ def local_source(task: str) -> seqio.FunctionDataSource:
     # One file per split: there is nothing to shuffle at the file level.
     del shuffle_files, seed
     if split != data.TEST_SPLIT:
-      raise ValueError(f'split: {task} has only the {data.TEST_SPLIT!r} split, got '
-                       f'{split!r}')
+      raise ValueError(f"split: {task} has only the {data.TEST_SPLIT!r} split, got {split!r}")
     examples = spec.read()
     return tf.data.Dataset.from_tensor_slices(
-        {key: [example[key] for example in examples] for key in examples[0]})
+      {key: [example[key] for example in examples] for key in examples[0]}
+    )
 
   return seqio.FunctionDataSource(dataset_fn, splits=[data.TEST_SPLIT])
 
@@ -99,11 +104,13 @@ def multi30k_source() -> seqio.FunctionDataSource:
   def dataset_fn(split: str, shuffle_files: bool, seed: int | None = None):
     del shuffle_files, seed
     if split != data.TEST_SPLIT:
-      raise ValueError(f'split: {MULTI30K_TASK} has only the {data.TEST_SPLIT!r} '
-                       f'split, got {split!r}')
+      raise ValueError(
+        f"split: {MULTI30K_TASK} has only the {data.TEST_SPLIT!r} split, got {split!r}"
+      )
     pairs = pretrained.test_sentences(MULTI30K_PAIR, MULTI30K_SPLIT)
-    return tf.data.Dataset.from_tensor_slices({'en': [en for en, _ in pairs],
-                                               'de': [de for _, de in pairs]})
+    return tf.data.Dataset.from_tensor_slices(
+      {"en": [en for en, _ in pairs], "de": [de for _, de in pairs]}
+    )
 
   return seqio.FunctionDataSource(dataset_fn, splits=[data.TEST_SPLIT])
 
@@ -122,10 +129,16 @@ def add_task(name: str, source: seqio.DataSourceInterface, like: str) -> seqio.T
   """
   spec = data.task_spec(like)
   return seqio.TaskRegistry.add(
-      name, source=source, output_features=output_features(),
-      preprocessors=[PREPROCESSORS[like], seqio.preprocessors.tokenize,
-                     seqio.preprocessors.append_eos_after_trim],
-      metric_fns=[metrics.metric_fn(spec.metric)])
+    name,
+    source=source,
+    output_features=output_features(),
+    preprocessors=[
+      PREPROCESSORS[like],
+      seqio.preprocessors.tokenize,
+      seqio.preprocessors.append_eos_after_trim,
+    ],
+    metric_fns=[metrics.metric_fn(spec.metric)],
+  )
 
 
 def register() -> None:
@@ -136,10 +149,13 @@ def register() -> None:
   for like in (data.WMT_TASK, data.CNNDM_TASK):
     if like not in registered:
       add_task(like, local_source(like), like)
-    tfds_name = like + '_tfds'
+    tfds_name = like + "_tfds"
     if tfds_name not in registered:
-      add_task(tfds_name, seqio.TfdsDataSource(tfds_name=data.task_spec(like).tfds_name,
-                                               splits=TFDS_SPLITS), like)
+      add_task(
+        tfds_name,
+        seqio.TfdsDataSource(tfds_name=data.task_spec(like).tfds_name, splits=TFDS_SPLITS),
+        like,
+      )
 
 
 register()

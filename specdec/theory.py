@@ -128,8 +128,8 @@ def acceptance(p, q, axis: int = -1, *, lenience: float = 1.0):
   lenience = check_lenience(lenience)
   if hasattr(p, "shape") and hasattr(q, "shape") and p.shape[axis] != q.shape[axis]:
     raise ValueError(
-        f"p and q must have the same vocabulary size, got {p.shape[axis]} and "
-        f"{q.shape[axis]}")
+      f"p and q must have the same vocabulary size, got {p.shape[axis]} and {q.shape[axis]}"
+    )
   xp = np if isinstance(p, np.ndarray) and isinstance(q, np.ndarray) else jnp
   # p / 1 is p itself: l = 1 is bit for bit the exact beta.
   return xp.sum(xp.minimum(p if lenience == 1.0 else p / lenience, q), axis=axis)

@@ -11,14 +11,20 @@ A.5's lenient forms when asked for (`lenient_greedy_step`, `lenience` < 1).
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from specdec.distributions import (SamplingConfig, greedy_tokens, greedy_tokens_checked,
-                                   nonfinite, probabilities, probabilities_checked,
-                                   sample_categorical)
+from specdec.distributions import (
+  SamplingConfig,
+  greedy_tokens,
+  greedy_tokens_checked,
+  nonfinite,
+  probabilities,
+  probabilities_checked,
+  sample_categorical,
+)
 
 Array = jax.Array
 
@@ -60,7 +66,7 @@ class Verdict(NamedTuple):
   n: Array
   t: Array
   beta: Array
-  p: Optional[Array]
+  p: Array | None
   bad: Array
 
 
@@ -100,8 +106,7 @@ def _scale(x: Array, factor: float) -> Array:
 
 def num_accepted(accepted: Array) -> Array:
   """n: the number of leading True values along the last axis. int32[...]."""
-  return jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=-1), axis=-1,
-                 dtype=jnp.int32)
+  return jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=-1), axis=-1, dtype=jnp.int32)
 
 
 def take(probs: Array, tokens: Array) -> Array:
@@ -119,8 +124,9 @@ def log_probs(probs_at_tokens: Array) -> Array:
   return jnp.log(jnp.maximum(probs_at_tokens, _LOG_FLOOR))
 
 
-def speculative_step(p: Array, q: Array, x: Array, r: Array, key: Array,
-                     lenience: float = 1.0) -> Step:
+def speculative_step(
+  p: Array, q: Array, x: Array, r: Array, key: Array, lenience: float = 1.0
+) -> Step:
   """Steps 3 and 4 of Algorithm 1 for a batch of rows.
 
   Args:
@@ -166,8 +172,7 @@ def greedy_step(target_tokens: Array, x: Array) -> Step:
   return Step(n, take_position(target_tokens, n), matches.astype(jnp.float32))
 
 
-def lenient_greedy_step(logits: Array, x: Array, sampling: SamplingConfig,
-                        lenience: float) -> Step:
+def lenient_greedy_step(logits: Array, x: Array, sampling: SamplingConfig, lenience: float) -> Step:
   """Appendix A.5's temperature-0 variant: accept x_i iff p_i(x_i) >= l max(p_i).
 
   The paper prints "p(x) <= l * max(p)", which would accept exactly the unlikely
@@ -189,16 +194,24 @@ def lenient_greedy_step(logits: Array, x: Array, sampling: SamplingConfig,
   """
   gamma = x.shape[1]
   target_tokens = greedy_tokens(logits)
-  clean = probabilities(logits[:, :gamma], SamplingConfig(
-      temperature=1.0, top_k=sampling.top_k, top_p=sampling.top_p))
+  clean = probabilities(
+    logits[:, :gamma], SamplingConfig(temperature=1.0, top_k=sampling.top_k, top_p=sampling.top_p)
+  )
   p_x = take(clean, x)
   ok = (p_x > 0) & (p_x >= lenience * jnp.max(clean, axis=-1))
   n = num_accepted(ok)
   return Step(n, take_position(target_tokens, n), ok.astype(jnp.float32))
 
 
-def verify(logits: Array, x: Array, q: Optional[Array], r: Optional[Array], key: Array,
-           sampling: SamplingConfig, lenience: float = 1.0) -> Verdict:
+def verify(
+  logits: Array,
+  x: Array,
+  q: Array | None,
+  r: Array | None,
+  key: Array,
+  sampling: SamplingConfig,
+  lenience: float = 1.0,
+) -> Verdict:
   """Steps 3 and 4 on the verification call's logits, in the form `sampling` needs.
 
   Args:
@@ -218,8 +231,9 @@ def verify(logits: Array, x: Array, q: Optional[Array], r: Optional[Array], key:
     target_tokens, bad = greedy_tokens_checked(logits)
     return Verdict(*greedy_step(target_tokens, x), p=None, bad=bad)
   if sampling.greedy:
-    return Verdict(*lenient_greedy_step(logits, x, sampling, lenience), p=None,
-                   bad=nonfinite(logits))
+    return Verdict(
+      *lenient_greedy_step(logits, x, sampling, lenience), p=None, bad=nonfinite(logits)
+    )
   p, bad = probabilities_checked(logits, sampling)
   r = None if gamma == 0 else r[:, :gamma]
   return Verdict(*speculative_step(p, q, x, r, key, lenience), p=p, bad=bad)

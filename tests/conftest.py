@@ -19,21 +19,21 @@ import os
 import jax
 import pytest
 
-REQUIRE_T5X = 'SPECDEC_REQUIRE_T5X'
-_MAPS = '/proc/self/maps'
+REQUIRE_T5X = "SPECDEC_REQUIRE_T5X"
+_MAPS = "/proc/self/maps"
 
 
 def _mappings() -> int:
   try:
-    with open(_MAPS, 'rb') as f:
-      return f.read().count(b'\n')
+    with open(_MAPS, "rb") as f:
+      return f.read().count(b"\n")
   except OSError:  # Not Linux: no such limit to keep under.
     return 0
 
 
 def _map_limit() -> int:
   try:
-    with open('/proc/sys/vm/max_map_count', encoding='ascii') as f:
+    with open("/proc/sys/vm/max_map_count", encoding="ascii") as f:
       return int(f.read())
   except (OSError, ValueError):
     return 65530
@@ -56,8 +56,11 @@ def _release_compiled_programs():
 def pytest_runtest_makereport(item, call):
   del call
   report = (yield).get_result()
-  if (report.skipped and os.environ.get(REQUIRE_T5X) == '1'
-      and item.get_closest_marker('t5x') is not None):
-    reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else ''
-    report.outcome = 'failed'
-    report.longrepr = f'{REQUIRE_T5X}=1 but this t5x-marked test skipped: {reason}'
+  if (
+    report.skipped
+    and os.environ.get(REQUIRE_T5X) == "1"
+    and item.get_closest_marker("t5x") is not None
+  ):
+    reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else ""
+    report.outcome = "failed"
+    report.longrepr = f"{REQUIRE_T5X}=1 but this t5x-marked test skipped: {reason}"

@@ -26,8 +26,7 @@ def _lookup(tokens, table):
 def bigram_model(table, max_length=None):
   """A CausalLM whose next-token logits depend on the last token only."""
   table = jnp.asarray(table, jnp.float32)
-  return specdec.CausalLM.from_fn(_lookup, table.shape[-1], max_length=max_length,
-                                  params=table)
+  return specdec.CausalLM.from_fn(_lookup, table.shape[-1], max_length=max_length, params=table)
 
 
 def running_mean_logits(tokens, p):
@@ -40,9 +39,11 @@ def running_mean_logits(tokens, p):
 def context_model(key, vocab, dim=8):
   """A CausalLM whose logits depend on the whole prefix (causal running mean)."""
   k1, k2, k3 = jax.random.split(key, 3)
-  params = dict(emb=jax.random.normal(k1, (vocab, dim)),
-                w=jax.random.normal(k2, (dim, vocab)),
-                bigram=jax.random.normal(k3, (vocab, vocab)))
+  params = dict(
+    emb=jax.random.normal(k1, (vocab, dim)),
+    w=jax.random.normal(k2, (dim, vocab)),
+    bigram=jax.random.normal(k3, (vocab, vocab)),
+  )
   return specdec.CausalLM.from_fn(running_mean_logits, vocab, params=params)
 
 
@@ -59,8 +60,7 @@ def emission_probabilities(p, q):
 
 def exact_sequence_distribution(table, prompt_token, num_new, sampling, eos_id):
   """{sequence (padded with 0 after EOS): probability} under the target alone."""
-  probs = np.asarray(probabilities(jnp.asarray(table, jnp.float32), sampling),
-                     np.float64)
+  probs = np.asarray(probabilities(jnp.asarray(table, jnp.float32), sampling), np.float64)
   probs /= probs.sum(axis=-1, keepdims=True)  # float32 rounding, not a model property
   dist = {}
   vocab = table.shape[0]
@@ -73,7 +73,7 @@ def exact_sequence_distribution(table, prompt_token, num_new, sampling, eos_id):
       if eos_id is not None and tok == eos_id:
         break
     key = tuple(out + [0] * (num_new - len(out)))
-    if len(out) == num_new or all(s == 0 for s in seq[len(out):]):
+    if len(out) == num_new or all(s == 0 for s in seq[len(out) :]):
       dist[key] = dist.get(key, 0.0) + prob
   return dist
 
@@ -142,22 +142,31 @@ def step_cases():
   v = 7
   cases = {}
   for i in range(5):
-    cases[f"random{i}"] = (normalize(rng.dirichlet(np.ones(v))),
-                           normalize(rng.dirichlet(np.ones(v) * 0.3)))
+    cases[f"random{i}"] = (
+      normalize(rng.dirichlet(np.ones(v))),
+      normalize(rng.dirichlet(np.ones(v) * 0.3)),
+    )
   p = normalize(rng.dirichlet(np.ones(v)))
   cases["p_equals_q"] = (p, p)
-  cases["disjoint_supports"] = (normalize([1, 2, 3, 0, 0, 0, 0]),
-                                normalize([0, 0, 0, 1, 1, 1, 1]))
-  cases["q_zero_where_p_has_mass"] = (normalize([1, 1, 1, 1, 1, 1, 1]),
-                                      normalize([0, 5, 0, 1, 0, 2, 0]))
+  cases["disjoint_supports"] = (normalize([1, 2, 3, 0, 0, 0, 0]), normalize([0, 0, 0, 1, 1, 1, 1]))
+  cases["q_zero_where_p_has_mass"] = (
+    normalize([1, 1, 1, 1, 1, 1, 1]),
+    normalize([0, 5, 0, 1, 0, 2, 0]),
+  )
   cases["one_hot_same"] = (jax.nn.one_hot(3, v), jax.nn.one_hot(3, v))
   cases["one_hot_different"] = (jax.nn.one_hot(3, v), jax.nn.one_hot(5, v))
-  cases["near_uniform"] = (normalize(1 + 1e-6 * rng.standard_normal(v)),
-                           normalize(1 + 1e-6 * rng.standard_normal(v)))
+  cases["near_uniform"] = (
+    normalize(1 + 1e-6 * rng.standard_normal(v)),
+    normalize(1 + 1e-6 * rng.standard_normal(v)),
+  )
   logits_p = jnp.asarray(rng.standard_normal(v) * 3, jnp.bfloat16)
   logits_q = jnp.asarray(rng.standard_normal(v) * 3, jnp.bfloat16)
-  cases["bf16_logits"] = (probabilities(logits_p, SamplingConfig()),
-                          probabilities(logits_q, SamplingConfig()))
-  cases["bf16_top_k"] = (probabilities(logits_p, SamplingConfig(0.5, top_k=3)),
-                         probabilities(logits_q, SamplingConfig(0.5, top_k=3)))
+  cases["bf16_logits"] = (
+    probabilities(logits_p, SamplingConfig()),
+    probabilities(logits_q, SamplingConfig()),
+  )
+  cases["bf16_top_k"] = (
+    probabilities(logits_p, SamplingConfig(0.5, top_k=3)),
+    probabilities(logits_q, SamplingConfig(0.5, top_k=3)),
+  )
   return cases

@@ -7,6 +7,14 @@ rejects at p < 1e-3, a false-alarm rate of 0.1% under fresh randomness.
 import dataclasses
 import json
 
+from helpers import (
+  CHI2_PVALUE,
+  GREEDY,
+  bigram_model,
+  chi_square_pvalue,
+  context_model,
+  exact_sequence_distribution,
+)
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,11 +22,9 @@ import pytest
 
 import specdec
 from specdec import adaptive, sample as sample_lib, theory
-from specdec.costs import forced_rule
 from specdec.adaptive import AutoGamma, StepCosts
+from specdec.costs import forced_rule
 from specdec.distributions import SamplingConfig
-from helpers import (CHI2_PVALUE, GREEDY, bigram_model, chi_square_pvalue, context_model,
-                     exact_sequence_distribution)
 
 VOCAB, NUM_NEW, INSTANCES = 5, 4, 20_000
 
@@ -34,8 +40,7 @@ def varying_tables(seed=7):
 
 
 # c = 0.6: gamma 3 pays only for alpha above ~0.72, gamma 1 above 0.6.
-RULE = AutoGamma(gammas=(0, 1, 3), costs=(1.0, 1.6, 2.8), prior=1.0, prior_weight=0.5,
-                 decay=0.3)
+RULE = AutoGamma(gammas=(0, 1, 3), costs=(1.0, 1.6, 2.8), prior=1.0, prior_weight=0.5, decay=0.3)
 
 
 def like(rule, cls):
@@ -48,8 +53,9 @@ class PeekingRule(AutoGamma):
   chosen before, which no rule may do."""
 
   def pick(self, progress):
-    r = sample_lib.draws(progress.row_keys, progress.iterations, self.max_gamma,
-                         self.max_gamma, SamplingConfig(1.0)).r
+    r = sample_lib.draws(
+      progress.row_keys, progress.iterations, self.max_gamma, self.max_gamma, SamplingConfig(1.0)
+    ).r
     return jnp.where(r[0, 0] < 0.5, len(self.gammas) - 1, 0).astype(jnp.int32)
 
 
@@ -58,22 +64,32 @@ def vmapped_decode(target, draft, rule, sampling, seed):
   inputs = jnp.ones((1, 1), jnp.int32)
 
   def one(key):
-    return sample_lib._speculative_jit(target, draft, inputs, key, gamma=rule,  # pylint: disable=protected-access
-                                       max_new_tokens=NUM_NEW, sampling=sampling,
-                                       eos_id=None)
+    return sample_lib._speculative_jit(
+      target,
+      draft,
+      inputs,
+      key,
+      gamma=rule,  # pylint: disable=protected-access
+      max_new_tokens=NUM_NEW,
+      sampling=sampling,
+      eos_id=None,
+    )
 
   out = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(seed), INSTANCES))
   return np.asarray(out.tokens[:, 0]), out
 
 
-@pytest.mark.parametrize("sampling", [SamplingConfig(1.0),
-                                      SamplingConfig(0.8, top_k=4, top_p=0.9)],
-                         ids=["temperature_1", "top_k_top_p"])
+@pytest.mark.parametrize(
+  "sampling",
+  [SamplingConfig(1.0), SamplingConfig(0.8, top_k=4, top_p=0.9)],
+  ids=["temperature_1", "top_k_top_p"],
+)
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_adaptive_sequences_follow_the_target_distribution(sampling):
   target_table, draft_table = varying_tables()
-  samples, out = vmapped_decode(bigram_model(target_table), bigram_model(draft_table),
-                                RULE, sampling, seed=11)
+  samples, out = vmapped_decode(
+    bigram_model(target_table), bigram_model(draft_table), RULE, sampling, seed=11
+  )
   counts = np.asarray(out.stats.gamma_counts).sum(axis=(0, 1))
   assert np.count_nonzero(counts) == 3, counts  # every gamma was chosen somewhere
   dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, None)
@@ -87,8 +103,13 @@ def test_negative_control_a_choice_that_reads_this_iterations_draws_is_detected(
   sampling = SamplingConfig(1.0)
   target_table, draft_table = varying_tables()
   dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, None)
-  samples, _ = vmapped_decode(bigram_model(target_table), bigram_model(draft_table),
-                              like(RULE, PeekingRule), sampling, seed=11)
+  samples, _ = vmapped_decode(
+    bigram_model(target_table),
+    bigram_model(draft_table),
+    like(RULE, PeekingRule),
+    sampling,
+    seed=11,
+  )
   assert chi_square_pvalue(samples, dist) < CHI2_PVALUE
 
 
@@ -98,9 +119,14 @@ def test_a_batch_shares_one_gamma_and_keeps_the_law():
   sampling = SamplingConfig(1.0)
   target_table, draft_table = varying_tables()
   out = specdec.speculative_sample(
-      bigram_model(target_table), bigram_model(draft_table),
-      jnp.ones((100_000, 1), jnp.int32), jax.random.key(5), gamma=RULE,
-      max_new_tokens=NUM_NEW, sampling=sampling)
+    bigram_model(target_table),
+    bigram_model(draft_table),
+    jnp.ones((100_000, 1), jnp.int32),
+    jax.random.key(5),
+    gamma=RULE,
+    max_new_tokens=NUM_NEW,
+    sampling=sampling,
+  )
   dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, None)
   assert chi_square_pvalue(np.asarray(out.tokens), dist) > CHI2_PVALUE
   assert int(out.stats.iterations.sum()) == int(out.stats.gamma_counts.sum())
@@ -117,9 +143,16 @@ def test_the_last_row_objective_keeps_the_law():
   inputs = jnp.ones((3, 1), jnp.int32)
 
   def one(key):
-    return sample_lib._speculative_jit(target, draft, inputs, key, gamma=rule,  # pylint: disable=protected-access
-                                       max_new_tokens=NUM_NEW, sampling=sampling,
-                                       eos_id=None)
+    return sample_lib._speculative_jit(
+      target,
+      draft,
+      inputs,
+      key,
+      gamma=rule,  # pylint: disable=protected-access
+      max_new_tokens=NUM_NEW,
+      sampling=sampling,
+      eos_id=None,
+    )
 
   out = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(13), INSTANCES))
   counts = np.asarray(out.stats.gamma_counts).sum(axis=(0, 1))
@@ -149,10 +182,19 @@ def test_greedy_adaptive_equals_greedy_target_on_causal_lms(schedule):
   draft = context_model(jax.random.key(1), 11)
   rule = like(RULE, ScriptedRule) if schedule == "scripted" else RULE
   inputs = jnp.asarray(np.random.default_rng(3).integers(0, 11, (4, 3)), jnp.int32)
-  spec = specdec.speculative_sample(target, draft, inputs, jax.random.key(0), gamma=rule,
-                                    max_new_tokens=20, sampling=GREEDY, eos_id=2)
-  base = specdec.autoregressive_sample(target, inputs, jax.random.key(1),
-                                       max_new_tokens=20, sampling=GREEDY, eos_id=2)
+  spec = specdec.speculative_sample(
+    target,
+    draft,
+    inputs,
+    jax.random.key(0),
+    gamma=rule,
+    max_new_tokens=20,
+    sampling=GREEDY,
+    eos_id=2,
+  )
+  base = specdec.autoregressive_sample(
+    target, inputs, jax.random.key(1), max_new_tokens=20, sampling=GREEDY, eos_id=2
+  )
   np.testing.assert_array_equal(spec.tokens, base.tokens)
   np.testing.assert_array_equal(spec.lengths, base.lengths)
   assert np.count_nonzero(np.asarray(spec.stats.gamma_counts).sum(0)) >= 2
@@ -164,9 +206,14 @@ def test_a_scripted_past_only_schedule_keeps_the_law():
   sampling = SamplingConfig(1.0)
   target_table, draft_table = varying_tables()
   out = specdec.speculative_sample(
-      bigram_model(target_table), bigram_model(draft_table),
-      jnp.ones((100_000, 1), jnp.int32), jax.random.key(9),
-      gamma=like(RULE, ScriptedRule), max_new_tokens=8, sampling=sampling)
+    bigram_model(target_table),
+    bigram_model(draft_table),
+    jnp.ones((100_000, 1), jnp.int32),
+    jax.random.key(9),
+    gamma=like(RULE, ScriptedRule),
+    max_new_tokens=8,
+    sampling=sampling,
+  )
   tokens = np.asarray(out.tokens)
   # Tokens 6-8 come after five gamma-0 iterations and the feeds they forced.
   dist = exact_sequence_distribution(target_table, 1, 8, sampling, None)
@@ -179,20 +226,32 @@ def test_a_scripted_past_only_schedule_keeps_the_law():
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_greedy_adaptive_equals_greedy_target_on_llama_and_t5():
   from llama_helpers import ragged_inputs, tiny_model as tiny_llama  # pylint: disable=import-outside-toplevel
+
   from t5_helpers import random_inputs, tiny_model as tiny_t5  # pylint: disable=import-outside-toplevel
+
   rule = AutoGamma.from_c(0.3, gammas=(0, 1, 2, 4), prior=0.9, decay=0.5)
   llama_target = tiny_llama(0, num_layers=2)
-  llama_draft = tiny_llama(1, hidden_size=16, num_heads=2, num_kv_heads=1,
-                           intermediate_size=32, num_layers=1, tie_word_embeddings=True)
+  llama_draft = tiny_llama(
+    1,
+    hidden_size=16,
+    num_heads=2,
+    num_kv_heads=1,
+    intermediate_size=32,
+    num_layers=1,
+    tie_word_embeddings=True,
+  )
   t5_target, t5_draft = tiny_t5(seed=1), tiny_t5(seed=2)
-  cases = [(llama_target, llama_draft,
-            ragged_inputs(4, 6, llama_target.vocab_size, [6, 2, 4, 5], seed=8)),
-           (t5_target, t5_draft, random_inputs(3, 7, t5_target.vocab_size, seed=4))]
+  cases = [
+    (llama_target, llama_draft, ragged_inputs(4, 6, llama_target.vocab_size, [6, 2, 4, 5], seed=8)),
+    (t5_target, t5_draft, random_inputs(3, 7, t5_target.vocab_size, seed=4)),
+  ]
   for target, draft, x in cases:
-    spec = specdec.speculative_sample(target, draft, x, jax.random.key(1), gamma=rule,
-                                      max_new_tokens=16, sampling=GREEDY, eos_id=3)
-    base = specdec.autoregressive_sample(target, x, jax.random.key(2), max_new_tokens=16,
-                                         sampling=GREEDY, eos_id=3)
+    spec = specdec.speculative_sample(
+      target, draft, x, jax.random.key(1), gamma=rule, max_new_tokens=16, sampling=GREEDY, eos_id=3
+    )
+    base = specdec.autoregressive_sample(
+      target, x, jax.random.key(2), max_new_tokens=16, sampling=GREEDY, eos_id=3
+    )
     np.testing.assert_array_equal(spec.tokens, base.tokens)
     np.testing.assert_array_equal(spec.lengths, base.lengths)
 
@@ -205,8 +264,9 @@ def test_greedy_adaptive_equals_greedy_target_on_llama_and_t5():
 def test_the_choice_is_theorem_3_8s_argmax(alpha, c):
   rule = AutoGamma.from_c(c, v=1.0)
   index = int(adaptive.choose(rule, jnp.full((3,), alpha), jnp.ones((3,), bool)))
-  speedups = [1.0 if g == 0 else float(theory.walltime_improvement(alpha, g, c))
-              for g in rule.gammas]
+  speedups = [
+    1.0 if g == 0 else float(theory.walltime_improvement(alpha, g, c)) for g in rule.gammas
+  ]
   assert speedups[index] >= max(speedups) * (1 - 1e-5), (rule.gammas[index], speedups)
 
 
@@ -238,12 +298,12 @@ def test_the_last_row_objective_follows_the_slowest_row():
   # Summed tokens favour the fast row's gamma 4; the batch ends when the slow row does.
   assert throughput.gammas[int(adaptive.choose(throughput, alpha, ones, rest))] == 4
   index = int(adaptive.choose(rule, alpha, ones, rest))
-  times = [cost * 32 / float(theory.expected_tokens(0.3, g))
-           for g, cost in zip(rule.gammas, rule.costs)]
+  times = [
+    cost * 32 / float(theory.expected_tokens(0.3, g)) for g, cost in zip(rule.gammas, rule.costs)
+  ]
   assert index == int(np.argmin(times)) and rule.gammas[index] != 4, (index, times)
   # Once the slow row is done, the fast row alone sets the time.
-  assert rule.gammas[int(adaptive.choose(rule, alpha, jnp.asarray([True, False]),
-                                         rest))] == 4
+  assert rule.gammas[int(adaptive.choose(rule, alpha, jnp.asarray([True, False]), rest))] == 4
   # A row that needs more tokens weighs more.
   assert rule.gammas[int(adaptive.choose(rule, alpha, ones, jnp.asarray([64, 2])))] == 4
   with pytest.raises(ValueError, match="remaining"):
@@ -283,9 +343,11 @@ def test_pruning_to_the_envelope_never_lowers_a_rows_expected_rate(seed):
 
 def test_from_costs_prunes_gammas_no_alpha_chooses_unless_asked_not_to():
   # The shipped Multi30k pair's measured iterations (draft_distilled, T=0, batch 1).
-  costs = adaptive.StepCosts(c=0.09, v=((2, 1.26), (3, 1.29), (5, 1.67), (9, 2.66)),
-                             iteration=((0, 1.115), (1, 1.556), (2, 2.192), (3, 2.376),
-                                        (4, 2.573), (6, 3.463), (8, 4.545)))
+  costs = adaptive.StepCosts(
+    c=0.09,
+    v=((2, 1.26), (3, 1.29), (5, 1.67), (9, 2.66)),
+    iteration=((0, 1.115), (1, 1.556), (2, 2.192), (3, 2.376), (4, 2.573), (6, 3.463), (8, 4.545)),
+  )
   assert AutoGamma.from_costs(costs).gammas == (0, 1, 4, 6)
   assert AutoGamma.from_costs(costs, prune=False).gammas == adaptive.DEFAULT_GAMMAS
   # Corollary 3.9 with v = 1: speculation pays iff alpha > c, so at c = 1 never.
@@ -323,16 +385,18 @@ def test_repeated_calls_compile_once():
   target_table, draft_table = varying_tables()
   target, draft = bigram_model(target_table), bigram_model(draft_table)
   args = dict(gamma=RULE, max_new_tokens=6, sampling=SamplingConfig(1.0))
-  specdec.speculative_sample(target, draft, jnp.ones((3, 1), jnp.int32),
-                             jax.random.key(0), **args)
+  specdec.speculative_sample(target, draft, jnp.ones((3, 1), jnp.int32), jax.random.key(0), **args)
   before = sample_lib._speculative_jit._cache_size()  # pylint: disable=protected-access
   for seed in range(3):
-    specdec.speculative_sample(target, draft, jnp.full((3, 1), 2, jnp.int32),
-                               jax.random.key(seed), **args)
-  same_rule = AutoGamma(gammas=(0, 1, 3), costs=(1.0, 1.6, 2.8), prior=1.0,
-                        prior_weight=0.5, decay=0.3)
-  specdec.speculative_sample(target, draft, jnp.ones((3, 1), jnp.int32),
-                             jax.random.key(7), **dict(args, gamma=same_rule))
+    specdec.speculative_sample(
+      target, draft, jnp.full((3, 1), 2, jnp.int32), jax.random.key(seed), **args
+    )
+  same_rule = AutoGamma(
+    gammas=(0, 1, 3), costs=(1.0, 1.6, 2.8), prior=1.0, prior_weight=0.5, decay=0.3
+  )
+  specdec.speculative_sample(
+    target, draft, jnp.ones((3, 1), jnp.int32), jax.random.key(7), **dict(args, gamma=same_rule)
+  )
   assert sample_lib._speculative_jit._cache_size() == before  # pylint: disable=protected-access
 
 
@@ -342,9 +406,19 @@ def test_the_decode_is_one_loop_with_one_inner_loop_per_gamma_and_no_switch():
   one pass); no lax.switch (a switch that carries the caches copies them on every
   iteration)."""
   target_table, draft_table = varying_tables()
-  fn = lambda rule: lambda i, k: specdec.speculative_sample(  # noqa: E731
-      bigram_model(target_table), bigram_model(draft_table), i, k, gamma=rule,
-      max_new_tokens=5, sampling=SamplingConfig(1.0)).tokens
+  fn = lambda rule: (
+    lambda i, k: (
+      specdec.speculative_sample(
+        bigram_model(target_table),
+        bigram_model(draft_table),
+        i,
+        k,
+        gamma=rule,
+        max_new_tokens=5,
+        sampling=SamplingConfig(1.0),
+      ).tokens
+    )
+  )
   args = (jnp.ones((2, 1), jnp.int32), jax.random.key(0))
   with_zero = str(jax.make_jaxpr(fn(RULE))(*args))
   assert with_zero.count("while[") == 1 + len(RULE.gammas) + 1
@@ -377,10 +451,16 @@ def test_a_rule_that_never_drafts_runs_the_baseline_loop_token_for_token():
   for row, n in zip(trace, ran):
     np.testing.assert_allclose(row[:n], 0.5, rtol=1e-6)
     assert not row[n:].any()
-  jaxpr = str(jax.make_jaxpr(lambda i, k: specdec.speculative_sample(
-      target, draft, i, k, gamma=rule, **args).tokens)(inputs, key))
-  baseline = str(jax.make_jaxpr(lambda i, k: specdec.autoregressive_sample(
-      target, i, k, **args).tokens)(inputs, key))
+  jaxpr = str(
+    jax.make_jaxpr(
+      lambda i, k: specdec.speculative_sample(target, draft, i, k, gamma=rule, **args).tokens
+    )(inputs, key)
+  )
+  baseline = str(
+    jax.make_jaxpr(lambda i, k: specdec.autoregressive_sample(target, i, k, **args).tokens)(
+      inputs, key
+    )
+  )
   assert jaxpr.count("while[") == 1
   assert jaxpr.count("cond[") == baseline.count("cond[")  # no lax.switch over gammas
 
@@ -400,8 +480,9 @@ def test_costs_round_trip_through_json(tmp_path):
 def test_measured_iterations_are_the_rules_costs_and_round_trip(tmp_path):
   # The loop's own iteration costs decide; a gamma without one gets the model's cost
   # plus the median excess of the measured ones.
-  costs = StepCosts(c=0.1, v=((2, 1.1), (5, 1.4), (9, 2.0)), batch=2,
-                    iteration=((0, 1.02), (1, 1.5), (4, 2.2)))
+  costs = StepCosts(
+    c=0.1, v=((2, 1.1), (5, 1.4), (9, 2.0)), batch=2, iteration=((0, 1.02), (1, 1.5), (4, 2.2))
+  )
   path = tmp_path / "costs.json"
   costs.save(str(path))
   assert StepCosts.load(str(path)) == costs
@@ -433,8 +514,14 @@ def test_forced_rule_runs_the_adaptive_loop_at_one_gamma():
   for g in (0, 3):  # the plain-step branch and a drafting one
     rule = forced_rule((0, 1, 3), g)
     out = specdec.speculative_sample(
-        bigram_model(target_table), bigram_model(draft_table), jnp.ones((2, 1), jnp.int32),
-        jax.random.key(0), gamma=rule, max_new_tokens=12, sampling=SamplingConfig(1.0))
+      bigram_model(target_table),
+      bigram_model(draft_table),
+      jnp.ones((2, 1), jnp.int32),
+      jax.random.key(0),
+      gamma=rule,
+      max_new_tokens=12,
+      sampling=SamplingConfig(1.0),
+    )
     counts = np.asarray(out.stats.gamma_counts)
     assert counts[:, [0, 1, 3].index(g)].sum() == counts.sum() > 0, (g, counts)
   with pytest.raises(ValueError, match="gamma 2"):
@@ -444,9 +531,16 @@ def test_forced_rule_runs_the_adaptive_loop_at_one_gamma():
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_calibrate_measures_c_v_and_the_loops_iterations_for_every_gamma():
   target_table, draft_table = varying_tables()
-  costs = adaptive.calibrate(bigram_model(target_table), bigram_model(draft_table),
-                             jnp.ones((2, 1), jnp.int32), gammas=(0, 1, 3), max_length=16,
-                             repeats=1, steps=2, rounds=1)
+  costs = adaptive.calibrate(
+    bigram_model(target_table),
+    bigram_model(draft_table),
+    jnp.ones((2, 1), jnp.int32),
+    gammas=(0, 1, 3),
+    max_length=16,
+    repeats=1,
+    steps=2,
+    rounds=1,
+  )
   assert [k for k, _ in costs.v] == [2, 4] and costs.batch == 2
   assert costs.c > 0 and all(v > 0 for _, v in costs.v)
   assert [g for g, _ in costs.iteration] == [0, 1, 3]
@@ -461,7 +555,9 @@ def test_calibrate_measures_c_v_and_the_loops_iterations_for_every_gamma():
   assert pruned.costs == tuple(dict(costs.iteration)[g] for g in pruned.gammas)
 
 
-@pytest.mark.parametrize("kwargs,name", [
+@pytest.mark.parametrize(
+  "kwargs,name",
+  [
     (dict(gammas=(), costs=()), "gammas"),
     (dict(gammas=(2, 1), costs=(1.0, 1.0)), "gammas"),
     (dict(gammas=(-1, 1), costs=(1.0, 1.0)), "gammas"),
@@ -472,7 +568,8 @@ def test_calibrate_measures_c_v_and_the_loops_iterations_for_every_gamma():
     (dict(gammas=(0, 1), costs=(1.0, 1.2), prior_weight=0.0), "prior_weight"),
     (dict(gammas=(0, 1), costs=(1.0, 1.2), margin=-0.01), "margin"),
     (dict(gammas=(0, 1), costs=(1.0, 1.2), margin=float("nan")), "margin"),
-])
+  ],
+)
 def test_bad_rules_raise_naming_the_argument(kwargs, name):
   with pytest.raises(ValueError, match=name):
     AutoGamma(**kwargs)
@@ -492,8 +589,7 @@ def test_a_rule_whose_best_rate_loses_to_the_baseline_program_runs_the_baseline(
   # A higher prior beats 1 token per step: the rule runs.
   assert not adaptive.never_drafts(dataclasses.replace(losing, prior=0.8))
   # Without gamma 0 in the set, the user asked for speculation: the rule runs.
-  assert not adaptive.never_drafts(adaptive.AutoGamma(gammas=(1, 3), costs=costs[1:],
-                                                      prior=0.63))
+  assert not adaptive.never_drafts(adaptive.AutoGamma(gammas=(1, 3), costs=costs[1:], prior=0.63))
 
 
 def test_a_margin_keeps_plain_steps_where_drafting_gains_less_than_it():
@@ -515,10 +611,10 @@ def test_a_margin_keeps_plain_steps_where_drafting_gains_less_than_it():
 
 def test_the_shipped_rules_carry_the_shipped_margin():
   from specdec import pretrained
+
   rule = pretrained.auto_gamma("multi30k_ende", 0.0, 1, "draft_distilled")
   assert rule.margin == pretrained.SHIPPED_MARGIN > 0
-  assert pretrained.auto_gamma("multi30k_ende", 0.0, 1, "draft_distilled",
-                               margin=0.0).margin == 0.0
+  assert pretrained.auto_gamma("multi30k_ende", 0.0, 1, "draft_distilled", margin=0.0).margin == 0.0
 
 
 def test_pruning_keeps_the_gamma_0_that_the_margin_chooses():
@@ -543,15 +639,15 @@ def test_pruning_with_a_margin_never_changes_a_rows_choice(seed):
   gammas = adaptive.DEFAULT_GAMMAS
   c, margin = rng.uniform(0.0, 0.4), rng.uniform(0.0, 0.3)
   v = np.cumsum(rng.uniform(0.0, 0.3, len(gammas))) + 1.0
-  costs = tuple(rng.uniform(0.9, 1.3) if g == 0 else g * c + float(v[i])
-                for i, g in enumerate(gammas))
+  costs = tuple(
+    rng.uniform(0.9, 1.3) if g == 0 else g * c + float(v[i]) for i, g in enumerate(gammas)
+  )
   full = AutoGamma(gammas=gammas, costs=costs, margin=margin)
   pruned = AutoGamma._of(gammas, costs, True, dict(margin=margin))  # pylint: disable=protected-access
 
   def rate(rule, alpha, index):
     factor = 1.0 + margin if rule.gammas[index] > 0 else 1.0
-    return (float(theory.expected_tokens(alpha, rule.gammas[index]))
-            / (rule.costs[index] * factor))
+    return float(theory.expected_tokens(alpha, rule.gammas[index])) / (rule.costs[index] * factor)
 
   ones = jnp.ones((1,), bool)
   for alpha in np.linspace(0.0, 1.0, 201):
@@ -560,7 +656,9 @@ def test_pruning_with_a_margin_never_changes_a_rows_choice(seed):
     assert got >= best * (1 - 1e-5), (alpha, pruned.gammas)
 
 
-@pytest.mark.parametrize("text,name", [
+@pytest.mark.parametrize(
+  "text,name",
+  [
     ('{"v": {"2": 1.1}}', "'c'"),
     ('{"c": 0.1}', "'v'"),
     ('{"c": 0.1, "v": {"2": 1.1}, "iteration": {"one": 1.0}}', "iteration"),
@@ -569,8 +667,9 @@ def test_pruning_with_a_margin_never_changes_a_rows_choice(seed):
     ('{"c": 0.1, "v": {"1": 1.0, "2": 1.1}}', "v"),
     ('{"c": 0.1, "v": {"0": 0.5, "2": 1.1}}', "v"),
     ('{"c": 0.1, "v": [1.1]}', "v"),
-    ('[0.1]', "object"),
-])
+    ("[0.1]", "object"),
+  ],
+)
 def test_bad_step_costs_json_raises_naming_the_key(text, name):
   with pytest.raises(ValueError, match=name):
     StepCosts.from_json(text)
@@ -598,13 +697,12 @@ def test_a_zero_gamma_rule_names_the_draft_and_gamma_when_the_draft_is_too_short
   """A rule with gamma 0 asks a model draft for max_new_tokens + G + 3 positions (the
   4-wide window of owed tokens), 2 more than the target; the error says so."""
   big = specdec.models.CausalLM.from_fn(lambda t: jnp.zeros(t.shape + (8,)), 8)
-  short = specdec.models.CausalLM.from_fn(lambda t: jnp.zeros(t.shape + (8,)), 8,
-                                          max_length=10)
+  short = specdec.models.CausalLM.from_fn(lambda t: jnp.zeros(t.shape + (8,)), 8, max_length=10)
   rule = AutoGamma(gammas=(0, 3), costs=(1.0, 1.3), prior=0.9)
   inputs = jnp.ones((1, 2), jnp.int32)
-  run = lambda target, draft, gamma: specdec.speculative_sample(  # noqa: E731
-      target, draft, inputs, jax.random.key(0), gamma=gamma, max_new_tokens=4,
-      sampling=GREEDY)
+  run = lambda target, draft, gamma: specdec.speculative_sample(
+    target, draft, inputs, jax.random.key(0), gamma=gamma, max_new_tokens=4, sampling=GREEDY
+  )
   with pytest.raises(ValueError, match=r"draft: .*10 positions.* G = 3.*gamma 0"):
     run(big, short, rule)
   # The target holds 2 + 4 + 3 + 1 = 10; so does the draft without gamma 0.

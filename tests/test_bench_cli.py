@@ -14,8 +14,16 @@ from specdec.bench import SUBCOMMANDS, __main__ as bench_main, cli, sampler
 
 
 def test_every_subcommand_has_a_config_a_run_and_a_render():
-  assert set(SUBCOMMANDS) >= {"tables", "costs", "loop", "identity", "lenience",
-                              "compare-hf", "demo", "sampler"}
+  assert set(SUBCOMMANDS) >= {
+    "tables",
+    "costs",
+    "loop",
+    "identity",
+    "lenience",
+    "compare-hf",
+    "demo",
+    "sampler",
+  }
   for name, (module_name, summary) in SUBCOMMANDS.items():
     if name == "compare-hf":
       pytest.importorskip("torch")
@@ -39,10 +47,12 @@ class _Example:
 
 def test_options_come_from_the_config_fields():
   import argparse
+
   parser = argparse.ArgumentParser()
   cli.add_arguments(parser, _Example)
-  config = cli.config_from_args(_Example, parser.parse_args(
-      ["--gammas=3,5", "--temperature=1", "--top-p=0.9", "--no-progress"]))
+  config = cli.config_from_args(
+    _Example, parser.parse_args(["--gammas=3,5", "--temperature=1", "--top-p=0.9", "--no-progress"])
+  )
   assert config == _Example(gammas=(3, 5), temperature=1.0, top_p=0.9, progress=False)
   assert cli.config_from_args(_Example, parser.parse_args([])) == _Example()
   assert cli.config_from_args(_Example, parser.parse_args(["--top-p=none"])).top_p is None
@@ -54,12 +64,26 @@ def test_options_come_from_the_config_fields():
 
 def test_the_sampler_subcommand_prints_a_table_and_writes_json(tmp_path, capsys):
   out = tmp_path / "s.json"
-  assert bench_main.main(["sampler", "--vocab=16", "--gammas=1", "--max-new-tokens=4",
-                          "--repeats=1", "--temperatures=0", f"--out={out}"]) == 0
+  assert (
+    bench_main.main(
+      [
+        "sampler",
+        "--vocab=16",
+        "--gammas=1",
+        "--max-new-tokens=4",
+        "--repeats=1",
+        "--temperatures=0",
+        f"--out={out}",
+      ]
+    )
+    == 0
+  )
   printed = capsys.readouterr().out
   result = json.loads(out.read_text())
   assert [(r["method"], r["gamma"]) for r in result["rows"]] == [
-      ("autoregressive", 0), ("speculative", 1)]
+    ("autoregressive", 0),
+    ("speculative", 1),
+  ]
   assert sampler.render(result) in printed
   assert (tmp_path / "s.md").read_text().strip() == sampler.render(result).strip()
   for r in result["rows"]:
@@ -67,7 +91,10 @@ def test_the_sampler_subcommand_prints_a_table_and_writes_json(tmp_path, capsys)
 
 
 def test_bad_options_exit_with_the_option_named():
-  proc = subprocess.run([sys.executable, "-m", "specdec.bench", "sampler",
-                         "--gammas=0", "--out="], capture_output=True, text=True,
-                        timeout=120)
+  proc = subprocess.run(
+    [sys.executable, "-m", "specdec.bench", "sampler", "--gammas=0", "--out="],
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert proc.returncode == 2 and "gammas must be >= 1" in proc.stderr

@@ -11,7 +11,8 @@ def _check(result, names):
   assert set(result["strategies"]) == set(names)
   assert result["roofline_ms"] > 0 and result["weight_bytes"] > 0
   assert result["roofline_gb_per_s"] == pytest.approx(
-      result["weight_bytes"] / result["roofline_ms"] / 1e6)
+    result["weight_bytes"] / result["roofline_ms"] / 1e6
+  )
   for s in result["strategies"].values():
     rows = s["rows"]
     assert [r["k"] for r in rows] == [1, 2]
@@ -21,8 +22,7 @@ def _check(result, names):
       assert r["v"] == pytest.approx(r["t_ms"] / s["t1_ms"])
       assert r["t_over_roofline"] == pytest.approx(r["t_ms"] / result["roofline_ms"])
       gamma = r["k"] - 1
-      assert r["speedup_bound_alpha1"] == pytest.approx(r["k"] / (gamma * s["c"]
-                                                                   + r["v"]))
+      assert r["speedup_bound_alpha1"] == pytest.approx(r["k"] / (gamma * s["c"] + r["v"]))
   text = costs.render(result)
   assert "bound at alpha 1" in text and "roofline" in text
 
@@ -45,16 +45,20 @@ def test_a_decoder_only_toy_pair_has_no_per_position_strategy():
 # Slow (23 s, random T5-small weights built and packed): the preset path.
 @pytest.mark.slow
 def test_preset_shapes_instead_of_the_shipped_pair():
-  result = costs.run(costs.Config(target_config="t5_1_1_small",
-                                  draft_config="t5_1_1_small", max_chunk=2, rounds=1,
-                                  steps=2))
+  result = costs.run(
+    costs.Config(
+      target_config="t5_1_1_small", draft_config="t5_1_1_small", max_chunk=2, rounds=1, steps=2
+    )
+  )
   assert (result["pair"], result["draft"]) == ("t5_1_1_small", "t5_1_1_small")
   import jax.numpy as jnp
 
   from specdec.models import t5
+
   cfg = t5.CONFIGS["t5_1_1_small"].replace(dtype=jnp.float32)
-  expected = sum(int(w.size) * 4 for w, _ in t5.decode_matrices(
-      cfg, t5.random_params(cfg)).values())
+  expected = sum(
+    int(w.size) * 4 for w, _ in t5.decode_matrices(cfg, t5.random_params(cfg)).values()
+  )
   assert result["weight_bytes"] == expected
   with pytest.raises(ValueError, match="t5_1_1_huge"):
     costs.random_pair("t5_1_1_huge", "t5_1_1_small")

@@ -9,8 +9,14 @@ import numpy as np
 import pytest
 
 import specdec
-from specdec.io.hf import (llama_config_from_hf, llama_config_to_hf, llama_params_from_hf,
-                           llama_params_to_hf, load_hf_llama, save_hf_llama)
+from specdec.io.hf import (
+  llama_config_from_hf,
+  llama_config_to_hf,
+  llama_params_from_hf,
+  llama_params_to_hf,
+  load_hf_llama,
+  save_hf_llama,
+)
 from specdec.models import llama
 
 torch = pytest.importorskip("torch")
@@ -25,10 +31,20 @@ def hf_model(tied, seed=0):
   std 1/sqrt(fan_in), norm scales around 1 (transformers' own init, std 0.02, makes
   attention nearly uniform, which would hide a wrong rotation)."""
   cfg = transformers.LlamaConfig(
-      vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-      num_attention_heads=4, num_key_value_heads=2, rope_theta=5000.0,
-      rms_norm_eps=1e-5, max_position_embeddings=128, tie_word_embeddings=tied,
-      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rope_theta=5000.0,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=128,
+    tie_word_embeddings=tied,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+  )
   torch.manual_seed(seed)
   model = transformers.LlamaForCausalLM(cfg).eval()
   generator = torch.Generator().manual_seed(seed)
@@ -37,8 +53,9 @@ def hf_model(tied, seed=0):
       if name.endswith("norm.weight"):
         weight.copy_(1.0 + 0.2 * torch.randn(weight.shape, generator=generator))
       else:
-        weight.copy_(torch.randn(weight.shape, generator=generator)
-                     * weight.shape[-1] ** -0.5 * 2.0)
+        weight.copy_(
+          torch.randn(weight.shape, generator=generator) * weight.shape[-1] ** -0.5 * 2.0
+        )
   return model
 
 
@@ -55,13 +72,23 @@ def test_config_json_as_transformers_writes_it_loads(saved):
   cfg, params = load_hf_llama(path)
   hf = model.config
   assert cfg == llama.LlamaConfig(
-      vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
-      num_kv_heads=2, head_dim=16, rope_theta=5000.0, rms_norm_eps=1e-5,
-      tie_word_embeddings=hf.tie_word_embeddings, max_position_embeddings=128)
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    rope_theta=5000.0,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=hf.tie_word_embeddings,
+    max_position_embeddings=128,
+  )
   assert ("logits_dense" in params) == (not hf.tie_word_embeddings)
   np.testing.assert_array_equal(
-      params["layers_1"]["attention"]["key"]["kernel"],
-      model.model.layers[1].self_attn.k_proj.weight.detach().numpy().T)
+    params["layers_1"]["attention"]["key"]["kernel"],
+    model.model.layers[1].self_attn.k_proj.weight.detach().numpy().T,
+  )
 
 
 def test_logits_and_greedy_tokens_match_transformers(saved):
@@ -73,18 +100,26 @@ def test_logits_and_greedy_tokens_match_transformers(saved):
   prompt = np.random.default_rng(1).integers(0, 256, (2, PROMPT_LENGTH))
   with torch.no_grad():
     reference = model(torch.tensor(prompt)).logits.numpy()
-    generated = model.generate(torch.tensor(prompt), do_sample=False,
-                               max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                               attention_mask=torch.ones_like(torch.tensor(prompt)))
+    generated = model.generate(
+      torch.tensor(prompt),
+      do_sample=False,
+      max_new_tokens=NEW_TOKENS,
+      min_new_tokens=NEW_TOKENS,
+      attention_mask=torch.ones_like(torch.tensor(prompt)),
+    )
   logits = ours.forward(jnp.asarray(prompt, jnp.int32))
   np.testing.assert_allclose(logits, reference, atol=1e-4, rtol=0)
   # The cached path too: the prompt fed by init, its last token by extend.
   state = ours.init(jnp.asarray(prompt, jnp.int32), 1)
   last, _ = ours.extend(state, ours.start_tokens(jnp.asarray(prompt))[:, None])
   np.testing.assert_allclose(last[:, 0], reference[:, -1], atol=1e-4, rtol=0)
-  out = specdec.autoregressive_sample(ours, jnp.asarray(prompt, jnp.int32),
-                                      jax.random.key(0), max_new_tokens=NEW_TOKENS,
-                                      sampling=specdec.SamplingConfig(temperature=0.0))
+  out = specdec.autoregressive_sample(
+    ours,
+    jnp.asarray(prompt, jnp.int32),
+    jax.random.key(0),
+    max_new_tokens=NEW_TOKENS,
+    sampling=specdec.SamplingConfig(temperature=0.0),
+  )
   np.testing.assert_array_equal(out.tokens, generated[:, PROMPT_LENGTH:].numpy())
 
 
@@ -126,14 +161,17 @@ def test_transformers_4_config_layout_is_read():
   assert llama_config_from_hf(hf).rope_theta == 123.0
 
 
-@pytest.mark.parametrize("change,name", [
+@pytest.mark.parametrize(
+  "change,name",
+  [
     (dict(model_type="mistral"), "model_type"),
     (dict(hidden_act="gelu"), "hidden_act"),
     (dict(attention_bias=True), "attention_bias"),
     (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "rope_type"),
     (dict(rope_parameters={"rope_type": "linear", "rope_theta": 1e4}), "rope_type"),
     (dict(vocab_size=None), "vocab_size"),
-])
+  ],
+)
 def test_unsupported_configs_raise_errors_naming_the_key(change, name):
   hf = dict(llama_config_to_hf(llama.tiny_config()), **change)
   if change.get("vocab_size", 0) is None:
@@ -178,8 +216,7 @@ def test_a_tied_config_accepts_only_a_copy_of_the_embedding_as_lm_head():
 def test_load_errors_name_the_path(tmp_path):
   with pytest.raises(ValueError, match="config.json"):
     load_hf_llama(tmp_path)
-  (tmp_path / "config.json").write_text(json.dumps(
-      llama_config_to_hf(llama.tiny_config())))
+  (tmp_path / "config.json").write_text(json.dumps(llama_config_to_hf(llama.tiny_config())))
   with pytest.raises(ValueError, match="model.safetensors"):
     load_hf_llama(tmp_path)
   with pytest.raises(ValueError, match="missing key 'final_norm/scale'"):

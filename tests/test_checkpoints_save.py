@@ -24,8 +24,7 @@ def test_save_then_load_round_trips(tmp_path, dtype):
   assert len(flat_a) == len(flat_b)
   for key, a in flat_a:
     assert flat_b[key].dtype == a.dtype
-    np.testing.assert_array_equal(np.asarray(flat_b[key], np.float32),
-                                  np.asarray(a, np.float32))
+    np.testing.assert_array_equal(np.asarray(flat_b[key], np.float32), np.asarray(a, np.float32))
 
 
 def test_the_layout_is_t5x_legacy(tmp_path):
@@ -34,12 +33,10 @@ def test_the_layout_is_t5x_legacy(tmp_path):
   with open(os.path.join(path, "checkpoint"), "rb") as f:
     contents = serialization.msgpack_restore(f.read())
   assert contents["version"] == 3
-  spec = contents["optimizer"]["target"]["decoder"]["layers_0"]["self_attention"]["key"][
-      "kernel"]
+  spec = contents["optimizer"]["target"]["decoder"]["layers_0"]["self_attention"]["key"]["kernel"]
   assert spec["driver"] == "zarr"
   # TensorStore normalises a directory path with a trailing slash.
-  assert spec["kvstore"]["path"].rstrip("/") == \
-      "target.decoder.layers_0.self_attention.key.kernel"
+  assert spec["kvstore"]["path"].rstrip("/") == "target.decoder.layers_0.self_attention.key.kernel"
   assert os.path.isdir(os.path.join(path, spec["kvstore"]["path"]))
 
 

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from specdec import _cache, adaptive, data, pretrained
-from specdec.bench import compile_cache, demo_prompts
+from specdec.bench import compile_cache, demo as bench_demo, demo_prompts
 from specdec.data import lm_prompts
-from specdec.bench import demo as bench_demo
 from specdec.models import llama, t5
 
 
 class _ByteTokenizer:
   """A stand-in chat tokenizer: one id per byte of a fixed chat rendering."""
+
   eos_id, pad_id = 2, 1
 
   def apply_chat_template(self, messages, add_generation_prompt=True):
@@ -37,7 +37,7 @@ class _ByteVocab:
     self.pad_id = pad_id
 
   def encode_padded(self, text, length):
-    ids = [3 + (b % 60) for b in text.encode()][:length - 1] + [data.EOS_ID]
+    ids = [3 + (b % 60) for b in text.encode()][: length - 1] + [data.EOS_ID]
     return np.asarray(ids + [self.pad_id] * (length - len(ids)), np.int32)
 
   def decode(self, ids):
@@ -46,12 +46,13 @@ class _ByteVocab:
 
 def _tiny_llamas(pad_id):
   target_cfg = llama.tiny_config()
-  draft_cfg = llama.tiny_config(num_layers=1, hidden_size=16, num_heads=2,
-                                num_kv_heads=1)
-  return (llama.Llama(target_cfg, llama.random_params(target_cfg, 0),
-                      pad_id=pad_id).with_packed_weights(),
-          llama.Llama(draft_cfg, llama.random_params(draft_cfg, 1),
-                      pad_id=pad_id).with_packed_weights())
+  draft_cfg = llama.tiny_config(num_layers=1, hidden_size=16, num_heads=2, num_kv_heads=1)
+  return (
+    llama.Llama(
+      target_cfg, llama.random_params(target_cfg, 0), pad_id=pad_id
+    ).with_packed_weights(),
+    llama.Llama(draft_cfg, llama.random_params(draft_cfg, 1), pad_id=pad_id).with_packed_weights(),
+  )
 
 
 def _tiny_pairs(monkeypatch, t5_pair=True):
@@ -64,8 +65,11 @@ def _tiny_pairs(monkeypatch, t5_pair=True):
   if t5_pair:
     lm_pair = (*_tiny_llamas(pad_id=1), _ByteTokenizer())
     t5_cfg, t5_draft_cfg = t5.tiny_config(), t5.tiny_config(num_decoder_layers=1)
-    ende_pair = (t5.T5(t5_cfg, t5.random_params(t5_cfg, 2)),
-                 t5.T5(t5_draft_cfg, t5.random_params(t5_draft_cfg, 3)), _ByteVocab())
+    ende_pair = (
+      t5.T5(t5_cfg, t5.random_params(t5_cfg, 2)),
+      t5.T5(t5_draft_cfg, t5.random_params(t5_draft_cfg, 3)),
+      _ByteVocab(),
+    )
   else:
     tokenizer = _ByteTokenizer()
     tokenizer.eos_id, tokenizer.pad_id = data.EOS_ID, 0
@@ -76,11 +80,19 @@ def _tiny_pairs(monkeypatch, t5_pair=True):
     assert draft == "draft", draft
     return {bench_demo.LM_PAIR: lm_pair, bench_demo.T5_PAIR: ende_pair}[name]
 
-  cards = {bench_demo.LM_PAIR: {"best_gamma": {"0": 2, "1": 3},
-                                "context_lookup": {"weight": 0.9,
-                                                   "best_gamma": {"0": 4, "1": 1}}},
-           bench_demo.T5_PAIR: {"metrics": {"best": {"multi30k_test_2016": [
-               {"temperature": 0.0, "gamma": 2}, {"temperature": 1.0, "gamma": 1}]}}}}
+  cards = {
+    bench_demo.LM_PAIR: {
+      "best_gamma": {"0": 2, "1": 3},
+      "context_lookup": {"weight": 0.9, "best_gamma": {"0": 4, "1": 1}},
+    },
+    bench_demo.T5_PAIR: {
+      "metrics": {
+        "best": {
+          "multi30k_test_2016": [{"temperature": 0.0, "gamma": 2}, {"temperature": 1.0, "gamma": 1}]
+        }
+      }
+    },
+  }
   rules = []
 
   def auto_gamma(name, temperature, batch, draft):
@@ -90,9 +102,15 @@ def _tiny_pairs(monkeypatch, t5_pair=True):
   monkeypatch.setattr(pretrained, "load_pair", load_pair)
   monkeypatch.setattr(pretrained, "pair_info", lambda name: cards[name])
   monkeypatch.setattr(pretrained, "auto_gamma", auto_gamma)
-  monkeypatch.setattr(pretrained, "test_sentences", lambda name: [
-      ("A dog runs.", "Ein Hund rennt."), ("Two men talk.", "Zwei Männer reden."),
-      ("A red car.", "Ein rotes Auto.")])
+  monkeypatch.setattr(
+    pretrained,
+    "test_sentences",
+    lambda name: [
+      ("A dog runs.", "Ein Hund rennt."),
+      ("Two men talk.", "Zwei Männer reden."),
+      ("A red car.", "Ein rotes Auto."),
+    ],
+  )
   # Short articles: the byte tokenizer's prompts then fit the tiny Llama's positions,
   # all of them padded to 64.
   monkeypatch.setattr(demo_prompts, "ARTICLE_MAX_CHARS", 40)
@@ -102,7 +120,8 @@ def _tiny_pairs(monkeypatch, t5_pair=True):
 def _check_rows(result, temperatures):
   rows = result["rows"]
   assert [(r["task"], r["temperature"]) for r in rows] == [
-      (task, t) for task in bench_demo.TASKS for t in temperatures]
+    (task, t) for task in bench_demo.TASKS for t in temperatures
+  ]
   for r in rows:
     assert 0.0 <= r["alpha"] <= 1.0 and r["c"] > 0 and r["v"] > 0
     assert r["speedup"] > 0 and r["predicted_speedup"] > 0
@@ -122,18 +141,28 @@ def test_the_demo_runs_all_three_tasks_on_tiny_models(monkeypatch):
   demo compiles three decode loops (`test_the_demo_runs_both_temperatures_on_tiny_pairs`
   runs a tiny T5 for EnDe)."""
   rules = _tiny_pairs(monkeypatch, t5_pair=False)
-  config = bench_demo.Config(quick=True, num_sentences=2, num_articles=2,
-                             num_prompts=2, lm_max_new_tokens=6, max_new_tokens=6,
-                             input_length=64, lm_draft="draft", progress=False)
+  config = bench_demo.Config(
+    quick=True,
+    num_sentences=2,
+    num_articles=2,
+    num_prompts=2,
+    lm_max_new_tokens=6,
+    max_new_tokens=6,
+    input_length=64,
+    lm_draft="draft",
+    progress=False,
+  )
   result = bench_demo.run(config)
   _check_rows(result, (0.0,))
   by_task = {r["task"]: r for r in result["rows"]}
   # The card's gamma per pair, draft and temperature; the rule of the same draft.
   assert [by_task[t]["gamma"] for t in bench_demo.TASKS] == [2, 2, 2]
   assert [by_task[t]["draft"] for t in bench_demo.TASKS] == ["draft"] * 3
-  assert rules == [(bench_demo.T5_PAIR, 0.0, 1, "draft"),
-                   (bench_demo.LM_PAIR, 0.0, 1, "draft"),
-                   (bench_demo.LM_PAIR, 0.0, 1, "draft")]
+  assert rules == [
+    (bench_demo.T5_PAIR, 0.0, 1, "draft"),
+    (bench_demo.LM_PAIR, 0.0, 1, "draft"),
+    (bench_demo.LM_PAIR, 0.0, 1, "draft"),
+  ]
   assert result["settings"]["cnndm_articles"] == list(demo_prompts.CNNDM_ARTICLES[:2])
   # Both decoder-only tasks' prompts padded to one length: one compile per decoder.
   assert result["settings"]["lm_prompt_length"] == 64
@@ -143,8 +172,7 @@ def test_the_demo_runs_all_three_tasks_on_tiny_models(monkeypatch):
   assert result["examples"]["chat"][1]["source"] == lm_prompts.DEMO_PROMPTS[1]
   seconds = result["seconds"]
   assert seconds["compile"] > 0 and seconds["decode"] > 0
-  assert seconds["total"] == pytest.approx(seconds["load"] + seconds["compile"]
-                                           + seconds["decode"])
+  assert seconds["total"] == pytest.approx(seconds["load"] + seconds["compile"] + seconds["decode"])
   text = bench_demo.render(result)
   for name in ("EnDe", "CNN/DM", "Chat", "meas / pred", "compiling", "REF  Ein Hund"):
     assert name in text, name
@@ -154,9 +182,17 @@ def test_the_demo_runs_all_three_tasks_on_tiny_models(monkeypatch):
 @pytest.mark.slow
 def test_the_demo_runs_both_temperatures_on_tiny_pairs(monkeypatch, tmp_path):
   rules = _tiny_pairs(monkeypatch)
-  result = bench_demo.run(bench_demo.Config(
-      num_sentences=2, num_articles=1, num_prompts=2, lm_max_new_tokens=6,
-      max_new_tokens=6, progress=False, plot=str(tmp_path / "plot.png")))
+  result = bench_demo.run(
+    bench_demo.Config(
+      num_sentences=2,
+      num_articles=1,
+      num_prompts=2,
+      lm_max_new_tokens=6,
+      max_new_tokens=6,
+      progress=False,
+      plot=str(tmp_path / "plot.png"),
+    )
+  )
   _check_rows(result, (0.0, 1.0))
   # The card's gamma per pair, draft ("+lookup": its own) and temperature.
   assert [r["gamma"] for r in result["rows"]] == [2, 1, 4, 1, 4, 1]
@@ -166,12 +202,14 @@ def test_the_demo_runs_both_temperatures_on_tiny_pairs(monkeypatch, tmp_path):
 
 
 def test_the_demo_config_is_checked():
-  for config, name in [(bench_demo.Config(tasks=("nope",)), "tasks"),
-                       (bench_demo.Config(num_prompts=0), "num_prompts"),
-                       (bench_demo.Config(temperatures=(-1.0,)), "temperatures"),
-                       (bench_demo.Config(quick=True, full=True), "quick"),
-                       (bench_demo.Config(gamma=0), "gamma"),
-                       (bench_demo.Config(lm_draft="draft_full"), "lm_draft")]:
+  for config, name in [
+    (bench_demo.Config(tasks=("nope",)), "tasks"),
+    (bench_demo.Config(num_prompts=0), "num_prompts"),
+    (bench_demo.Config(temperatures=(-1.0,)), "temperatures"),
+    (bench_demo.Config(quick=True, full=True), "quick"),
+    (bench_demo.Config(gamma=0), "gamma"),
+    (bench_demo.Config(lm_draft="draft_full"), "lm_draft"),
+  ]:
     with pytest.raises(ValueError, match=name):
       bench_demo.run(config)
   with pytest.raises(ValueError, match="num_articles"):
@@ -183,8 +221,7 @@ def test_the_presets_and_explicit_options():
   assert quick["temperatures"] == (0.0,) and quick["num_prompts"] == 2
   default = bench_demo.settings(bench_demo.Config())
   assert default["temperatures"] == (0.0, 1.0)
-  assert bench_demo.settings(bench_demo.Config(quick=True, num_prompts=5))[
-      "num_prompts"] == 5
+  assert bench_demo.settings(bench_demo.Config(quick=True, num_prompts=5))["num_prompts"] == 5
   full = bench_demo.settings(bench_demo.Config(full=True))
   assert full["num_articles"] == len(demo_prompts.CNNDM_ARTICLES)
 
@@ -217,9 +254,9 @@ def test_the_cnndm_articles_were_never_trained_or_tuned_on():
   trained = {p.index for p in train if p.source == "cnndm"}
   evaluation = pretrained.lm_eval_prompts(bench_demo.LM_PAIR)
   articles = data.read_jsonl(data.CNNDM_FILE, ("article",))
-  for index, prompt in zip(demo_prompts.CNNDM_ARTICLES,
-                           demo_prompts.cnndm_articles(len(
-                               demo_prompts.CNNDM_ARTICLES))):
+  for index, prompt in zip(
+    demo_prompts.CNNDM_ARTICLES, demo_prompts.cnndm_articles(len(demo_prompts.CNNDM_ARTICLES))
+  ):
     assert lm_prompts.is_heldout(index) and index not in trained
     head = lm_prompts.first_sentences(articles[index]["article"])
     assert prompt.startswith(head[:100])
@@ -238,9 +275,17 @@ def test_the_demo_runs_the_shipped_pairs():
     pretrained.lm_path()
   except FileNotFoundError as e:
     pytest.skip(str(e))
-  result = bench_demo.run(bench_demo.Config(
-      quick=True, num_sentences=1, num_articles=1, num_prompts=1,
-      lm_max_new_tokens=6, max_new_tokens=6, progress=False))
+  result = bench_demo.run(
+    bench_demo.Config(
+      quick=True,
+      num_sentences=1,
+      num_articles=1,
+      num_prompts=1,
+      lm_max_new_tokens=6,
+      max_new_tokens=6,
+      progress=False,
+    )
+  )
   _check_rows(result, (0.0,))
 
 
@@ -251,22 +296,23 @@ def test_the_cache_directory_follows_the_environment(tmp_path):
   home = {"HOME": str(tmp_path)}
   assert compile_cache.cache_dir(home) == tmp_path / ".cache" / "specdec" / "jax"
   assert compile_cache.cache_dir({**home, "XDG_CACHE_HOME": "/x/c"}) == (
-      pathlib.Path("/x/c/specdec/jax"))
+    pathlib.Path("/x/c/specdec/jax")
+  )
   # A relative XDG_CACHE_HOME is ignored (the XDG spec), so nothing lands in the cwd.
   assert compile_cache.cache_dir({**home, "XDG_CACHE_HOME": "rel"}) == (
-      tmp_path / ".cache" / "specdec" / "jax")
-  assert compile_cache.cache_dir({**home, "SPECDEC_CACHE_DIR": "/y"}) == (
-      pathlib.Path("/y/jax"))
+    tmp_path / ".cache" / "specdec" / "jax"
+  )
+  assert compile_cache.cache_dir({**home, "SPECDEC_CACHE_DIR": "/y"}) == (pathlib.Path("/y/jax"))
   for off in ("", "0", "off", "OFF", "false", "none"):
     env = {**home, "SPECDEC_CACHE_DIR": off}
     assert compile_cache.cache_dir(env) is None and _cache.cache_root(env) is None
 
 
-def test_the_cpu_kernel_is_cached_in_a_temporary_folder_when_caching_is_off(
-    monkeypatch, tmp_path):
+def test_the_cpu_kernel_is_cached_in_a_temporary_folder_when_caching_is_off(monkeypatch, tmp_path):
   """The kernel's library shares specdec's cache; with caching off it is built in a
   temporary folder, not in a folder named after the setting ("off") in the cwd."""
   from specdec.backends import cpu  # pylint: disable=g-import-not-at-top
+
   monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "c"))
   assert cpu.cache_dir() == tmp_path / "c"
   monkeypatch.setenv("SPECDEC_CACHE_DIR", "off")
@@ -277,22 +323,29 @@ def test_the_cpu_kernel_is_cached_in_a_temporary_folder_when_caching_is_off(
 def _run(tmp_path, args, **env):
   """`python args...` in a fresh process from the checkout's root, with `env` on top
   of a home and an XDG cache directory inside tmp_path."""
-  environ = {k: v for k, v in os.environ.items()
-             if k not in ("SPECDEC_CACHE_DIR", "XDG_CACHE_HOME",
-                          "JAX_COMPILATION_CACHE_DIR")}
-  environ.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "xdg"),
-                 **env)
-  proc = subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                        timeout=600, env=environ,
-                        cwd=pathlib.Path(bench_demo.__file__).resolve().parents[2])
+  environ = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ("SPECDEC_CACHE_DIR", "XDG_CACHE_HOME", "JAX_COMPILATION_CACHE_DIR")
+  }
+  environ.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "xdg"), **env)
+  proc = subprocess.run(
+    [sys.executable, *args],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env=environ,
+    cwd=pathlib.Path(bench_demo.__file__).resolve().parents[2],
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 # What the command line does first, then one compilation.
 _CONFIGURE_AND_COMPILE = (
-    "from specdec.bench import compile_cache; print(compile_cache.configure()); "
-    "import jax, jax.numpy as jnp; "
-    "jax.block_until_ready(jax.jit(lambda x: x * 2 + 1)(jnp.arange(3.0)))")
+  "from specdec.bench import compile_cache; print(compile_cache.configure()); "
+  "import jax, jax.numpy as jnp; "
+  "jax.block_until_ready(jax.jit(lambda x: x * 2 + 1)(jnp.arange(3.0)))"
+)
 
 
 def _files(path):
@@ -318,6 +371,7 @@ def test_the_command_line_configures_the_cache_first(monkeypatch):
   """`python -m specdec.bench` turns the cache on (or off) before any subcommand runs;
   `main` called from Python leaves JAX's settings alone."""
   import runpy  # pylint: disable=g-import-not-at-top
+
   calls = []
   monkeypatch.setattr(compile_cache, "configure", lambda: calls.append("configure"))
   monkeypatch.setattr(sys, "argv", ["specdec.bench", "demo", "--help"])
@@ -328,8 +382,17 @@ def test_the_command_line_configures_the_cache_first(monkeypatch):
 
 @pytest.mark.slow
 def test_the_command_line_caches_compiled_programs_only_when_on(tmp_path):
-  command = ["-m", "specdec.bench", "sampler", "--vocab=16", "--gammas=1",
-             "--max-new-tokens=4", "--repeats=1", "--temperatures=0", "--out="]
+  command = [
+    "-m",
+    "specdec.bench",
+    "sampler",
+    "--vocab=16",
+    "--gammas=1",
+    "--max-new-tokens=4",
+    "--repeats=1",
+    "--temperatures=0",
+    "--out=",
+  ]
   _run(tmp_path / "off", command, SPECDEC_CACHE_DIR="off")
   assert not _files(tmp_path / "off")
   _run(tmp_path / "on", command)

@@ -33,10 +33,20 @@ def reference(logits, temperature, top_k=None, top_p=None):
 LOGITS = np.array([2.0, -1.0, 0.5, 3.0, 0.0, -2.0, 1.0])
 
 
-@pytest.mark.parametrize("temperature,top_k,top_p", [
-    (1.0, None, None), (0.5, None, None), (2.0, None, None), (1.0, 3, None),
-    (0.7, 1, None), (1.0, None, 0.5), (1.0, None, 0.9), (0.8, 4, 0.7), (1.0, 7, 1.0),
-])
+@pytest.mark.parametrize(
+  "temperature,top_k,top_p",
+  [
+    (1.0, None, None),
+    (0.5, None, None),
+    (2.0, None, None),
+    (1.0, 3, None),
+    (0.7, 1, None),
+    (1.0, None, 0.5),
+    (1.0, None, 0.9),
+    (0.8, 4, 0.7),
+    (1.0, 7, 1.0),
+  ],
+)
 def test_matches_a_numpy_reference(temperature, top_k, top_p):
   got = probabilities(jnp.asarray(LOGITS), SamplingConfig(temperature, top_k, top_p))
   np.testing.assert_allclose(got, reference(LOGITS, temperature, top_k, top_p), atol=1e-6)
@@ -61,32 +71,38 @@ def test_top_k_keeps_ties_at_the_kth_value():
 def test_output_is_float32_whatever_the_logits_dtype(dtype):
   got = probabilities(jnp.asarray(LOGITS, dtype), SamplingConfig(1.0))
   assert got.dtype == jnp.float32
-  np.testing.assert_allclose(got, reference(np.asarray(jnp.asarray(LOGITS, dtype),
-                                                       np.float64), 1.0), atol=1e-6)
+  np.testing.assert_allclose(
+    got, reference(np.asarray(jnp.asarray(LOGITS, dtype), np.float64), 1.0), atol=1e-6
+  )
 
 
-@pytest.mark.parametrize("logits,expected", [
+@pytest.mark.parametrize(
+  "logits,expected",
+  [
     ([np.nan, 0.0, 0.0], [0.0, 0.5, 0.5]),
     ([-np.inf, -np.inf, -np.inf], [1 / 3, 1 / 3, 1 / 3]),
     ([np.nan, np.nan, np.nan], [1 / 3, 1 / 3, 1 / 3]),
     ([np.inf, 0.0, np.inf], [0.5, 0.0, 0.5]),
-])
+  ],
+)
 def test_non_finite_logits_never_give_nan(logits, expected):
   for cfg in (SamplingConfig(1.0), SamplingConfig(1e-8), SamplingConfig(0.5, 2, 0.9)):
     got = np.asarray(probabilities(jnp.asarray(logits, jnp.float32), cfg))
     assert np.isfinite(got).all() and abs(got.sum() - 1) < 1e-6
-  np.testing.assert_allclose(probabilities(jnp.asarray(logits, jnp.float32),
-                                           SamplingConfig(1.0)), expected, atol=1e-6)
+  np.testing.assert_allclose(
+    probabilities(jnp.asarray(logits, jnp.float32), SamplingConfig(1.0)), expected, atol=1e-6
+  )
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(logits=hnp.arrays(np.float32, st.integers(2, 12),
-                         elements=st.floats(-1e4, 1e4, width=32)),
-       temperature=st.floats(0.0, 10.0), top_k=st.one_of(st.none(), st.integers(1, 2)),
-       top_p=st.one_of(st.none(), st.floats(1e-3, 1.0)))
+@given(
+  logits=hnp.arrays(np.float32, st.integers(2, 12), elements=st.floats(-1e4, 1e4, width=32)),
+  temperature=st.floats(0.0, 10.0),
+  top_k=st.one_of(st.none(), st.integers(1, 2)),
+  top_p=st.one_of(st.none(), st.floats(1e-3, 1.0)),
+)
 def test_always_a_distribution(logits, temperature, top_k, top_p):
-  got = np.asarray(probabilities(jnp.asarray(logits), SamplingConfig(temperature, top_k,
-                                                                     top_p)))
+  got = np.asarray(probabilities(jnp.asarray(logits), SamplingConfig(temperature, top_k, top_p)))
   assert np.isfinite(got).all() and (got >= 0).all()
   assert abs(got.sum() - 1.0) < 1e-5
   # Mass on a maximal logit; XLA's CPU flushes denormals, so logits within float32's
@@ -95,12 +111,20 @@ def test_always_a_distribution(logits, temperature, top_k, top_p):
   assert got[top].sum() > 0
 
 
-@pytest.mark.parametrize("kwargs,name", [
-    (dict(temperature=-0.1), "temperature"), (dict(temperature=float("nan")), "temperature"),
-    (dict(temperature=float("inf")), "temperature"), (dict(temperature="1"), "temperature"),
-    (dict(top_k=0), "top_k"), (dict(top_k=2.5), "top_k"), (dict(top_p=0.0), "top_p"),
-    (dict(top_p=1.5), "top_p"), (dict(top_p=float("nan")), "top_p"),
-])
+@pytest.mark.parametrize(
+  "kwargs,name",
+  [
+    (dict(temperature=-0.1), "temperature"),
+    (dict(temperature=float("nan")), "temperature"),
+    (dict(temperature=float("inf")), "temperature"),
+    (dict(temperature="1"), "temperature"),
+    (dict(top_k=0), "top_k"),
+    (dict(top_k=2.5), "top_k"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"),
+    (dict(top_p=float("nan")), "top_p"),
+  ],
+)
 def test_bad_config_raises_naming_the_field(kwargs, name):
   with pytest.raises(ValueError, match=name):
     SamplingConfig(**kwargs)
@@ -119,11 +143,14 @@ def test_first_argmax_over_blocks_is_numpys_argmax(vocab):
   ties across and within blocks, the maximum in the last (padded) block, all values
   equal, and -inf values."""
   from specdec.distributions import first_argmax
+
   rng = np.random.default_rng(vocab)
-  rows = [rng.integers(-3, 4, vocab).astype(np.float32),   # many ties
-          rng.standard_normal(vocab).astype(np.float32),
-          np.zeros(vocab, np.float32),
-          np.full(vocab, -np.inf, np.float32)]
+  rows = [
+    rng.integers(-3, 4, vocab).astype(np.float32),  # many ties
+    rng.standard_normal(vocab).astype(np.float32),
+    np.zeros(vocab, np.float32),
+    np.full(vocab, -np.inf, np.float32),
+  ]
   last = rng.standard_normal(vocab).astype(np.float32)
   last[-1] = 10.0  # in the last block, which is padded unless 128 divides vocab
   rows.append(last)
@@ -131,8 +158,9 @@ def test_first_argmax_over_blocks_is_numpys_argmax(vocab):
   rows.append(tied)
   values = np.stack(rows)
   np.testing.assert_array_equal(first_argmax(jnp.asarray(values)), np.argmax(values, -1))
-  np.testing.assert_array_equal(first_argmax(jnp.asarray(values[None])),
-                                np.argmax(values, -1)[None])
+  np.testing.assert_array_equal(
+    first_argmax(jnp.asarray(values[None])), np.argmax(values, -1)[None]
+  )
 
 
 # ----------------------------------------------------------------------------- draws
@@ -146,8 +174,11 @@ def test_sample_categorical_follows_the_probabilities(vocab):
   weights[::5] = 0.0  # zeros inside every block
   draws = 1 << 17
   keys = jax.random.split(jax.random.key(vocab), draws)
-  tokens = np.asarray(jax.jit(distributions.sample_categorical)(
-      keys, jnp.broadcast_to(jnp.asarray(weights), (draws, vocab))))
+  tokens = np.asarray(
+    jax.jit(distributions.sample_categorical)(
+      keys, jnp.broadcast_to(jnp.asarray(weights), (draws, vocab))
+    )
+  )
   assert not np.isin(tokens, np.flatnonzero(weights == 0)).any()
   expected = weights.astype(np.float64) / weights.sum() * draws
   observed = np.bincount(tokens, minlength=vocab)
@@ -171,24 +202,37 @@ def test_uniform_is_exact_near_zero_where_a_float32_grid_is_not():
   n = 1 << 20
   u = np.asarray(distributions.uniform(jax.random.key(0), (n,)), np.float64)
   assert ((u > 0) & (u < 1)).all()
-  small = u[u < 2.0 ** -10]  # ~1024 draws expected
-  assert scipy_stats.binomtest(small.size, n, 2.0 ** -10).pvalue > 1e-4
+  small = u[u < 2.0**-10]  # ~1024 draws expected
+  assert scipy_stats.binomtest(small.size, n, 2.0**-10).pvalue > 1e-4
   # Exact multiples of 2^-23 among them: ~1/8192 of them for a continuous law (all of
   # them for jax.random.uniform).
-  on_grid = np.mean(np.mod(small, 2.0 ** -23) == 0)
+  on_grid = np.mean(np.mod(small, 2.0**-23) == 0)
   assert on_grid < 0.01
   # Rescaled, the small draws are uniform on [0, 1) again (KS, false alarm 1e-4).
-  assert scipy_stats.kstest(small * 2.0 ** 10, "uniform").pvalue > 1e-4
+  assert scipy_stats.kstest(small * 2.0**10, "uniform").pvalue > 1e-4
   assert scipy_stats.kstest(u, "uniform").pvalue > 1e-4
 
 
 def test_nonfinite_flags_nan_plus_inf_and_rows_without_a_finite_logit():
-  x = jnp.array([[0.0, 1.0, 2.0], [np.nan, 1.0, 2.0], [1.0, np.inf, 0.0],
-                 [-np.inf] * 3, [-np.inf, 0.0, -np.inf], [2.0, 1.0, np.nan]])
-  assert np.asarray(distributions.nonfinite(x)).tolist() == [
-      False, True, True, True, False, True]
+  x = jnp.array(
+    [
+      [0.0, 1.0, 2.0],
+      [np.nan, 1.0, 2.0],
+      [1.0, np.inf, 0.0],
+      [-np.inf] * 3,
+      [-np.inf, 0.0, -np.inf],
+      [2.0, 1.0, np.nan],
+    ]
+  )
+  assert np.asarray(distributions.nonfinite(x)).tolist() == [False, True, True, True, False, True]
   assert np.asarray(jax.jit(distributions.nonfinite)(x)).tolist() == [
-      False, True, True, True, False, True]
+    False,
+    True,
+    True,
+    True,
+    False,
+    True,
+  ]
 
 
 def test_sampling_config_takes_numpy_scalars_and_normalizes_no_ops():
@@ -199,8 +243,12 @@ def test_sampling_config_takes_numpy_scalars_and_normalizes_no_ops():
   assert hash(SamplingConfig(1.0, top_p=np.float32(1.0))) == hash(SamplingConfig(1.0))
   assert SamplingConfig(1.0, top_k=64).normalized(64) == SamplingConfig(1.0)
   assert SamplingConfig(1.0, top_k=8).normalized(64).top_k == 8
-  for bad in (dict(temperature=np.float32(np.nan)), dict(top_k=np.float32(3.0)),
-              dict(top_k=np.bool_(True)), dict(top_p=np.float32(1.5))):
+  for bad in (
+    dict(temperature=np.float32(np.nan)),
+    dict(top_k=np.float32(3.0)),
+    dict(top_k=np.bool_(True)),
+    dict(top_p=np.float32(1.5)),
+  ):
     with pytest.raises(ValueError, match=next(iter(bad))):
       SamplingConfig(**bad)
 
@@ -234,8 +282,11 @@ def test_a_single_nan_logit_is_flagged_in_long_rows_too(vocab):
   x[0, vocab // 2] = np.nan
   x[2, vocab - 1] = np.nan
   want = [True, False, True]
-  for fn in (distributions.nonfinite, lambda x: distributions.greedy_tokens_checked(x)[1],
-             lambda x: distributions.probabilities_checked(x, SamplingConfig(1.0))[1]):
+  for fn in (
+    distributions.nonfinite,
+    lambda x: distributions.greedy_tokens_checked(x)[1],
+    lambda x: distributions.probabilities_checked(x, SamplingConfig(1.0))[1],
+  ):
     assert np.asarray(fn(jnp.asarray(x))).tolist() == want
     assert np.asarray(jax.jit(fn)(x)).tolist() == want
 

@@ -1,8 +1,10 @@
 """The Proposer protocol: every kind of draft is plugged into the loop the same way."""
 
 import flax.struct
+from helpers import GREEDY, bigram_model
 import jax
 import jax.numpy as jnp
+from llama_helpers import feature_draft, ragged_inputs, tiny_model as tiny_llama
 import numpy as np
 import pytest
 
@@ -10,8 +12,6 @@ import specdec
 from specdec import drafts
 from specdec.distributions import SamplingConfig
 from specdec.drafts import lookup, ngram, shortlist
-from helpers import GREEDY, bigram_model
-from llama_helpers import feature_draft, ragged_inputs, tiny_model as tiny_llama
 
 
 def every_kind_of_draft():
@@ -21,12 +21,12 @@ def every_kind_of_draft():
   ids = np.arange(0, vocab, 2)
   inner = tiny_llama(2, num_layers=1, vocab_size=len(ids) + 1)
   return target, {
-      "model": small,
-      "layer_skip": target.with_layers([0, 2]),
-      "lookup": lookup.ContextLookup.create(small),
-      "shortlist": shortlist.Shortlist.create(inner, ids, vocab),
-      "bigram": ngram.Bigram.from_corpus([[1, 2, 3, 4, 5, 1, 2]], vocab),
-      "feature": feature_draft(target),
+    "model": small,
+    "layer_skip": target.with_layers([0, 2]),
+    "lookup": lookup.ContextLookup.create(small),
+    "shortlist": shortlist.Shortlist.create(inner, ids, vocab),
+    "bigram": ngram.Bigram.from_corpus([[1, 2, 3, 4, 5, 1, 2]], vocab),
+    "feature": feature_draft(target),
   }
 
 
@@ -34,25 +34,34 @@ def every_kind_of_draft():
 def test_every_shipped_kind_of_draft_is_a_proposer_and_decodes_greedy_mp():
   target, kinds = every_kind_of_draft()
   x = ragged_inputs(3, 5, target.vocab_size, [5, 2, 4], seed=1)
-  base = specdec.autoregressive_sample(target, x, jax.random.key(0), max_new_tokens=10,
-                                       sampling=GREEDY, eos_id=3)
+  base = specdec.autoregressive_sample(
+    target, x, jax.random.key(0), max_new_tokens=10, sampling=GREEDY, eos_id=3
+  )
   for name, draft in kinds.items():
     proposer = drafts.as_proposer(draft)
     assert isinstance(proposer, drafts.Proposer), name
     assert proposer.reads_target_features == (name == "feature"), name
     assert drafts.as_proposer(proposer) is proposer
-    out = specdec.speculative_sample(target, draft, x, jax.random.key(1), gamma=3,
-                                     max_new_tokens=10, sampling=GREEDY, eos_id=3)
+    out = specdec.speculative_sample(
+      target, draft, x, jax.random.key(1), gamma=3, max_new_tokens=10, sampling=GREEDY, eos_id=3
+    )
     np.testing.assert_array_equal(out.tokens, base.tokens, err_msg=name)
 
 
 def test_a_feature_draft_on_a_target_without_features_is_refused_by_name():
   target, kinds = every_kind_of_draft()
-  cacheless = specdec.CausalLM.from_fn(lambda t: jnp.zeros(t.shape + (target.vocab_size,)),
-                                      target.vocab_size)
+  cacheless = specdec.CausalLM.from_fn(
+    lambda t: jnp.zeros(t.shape + (target.vocab_size,)), target.vocab_size
+  )
   with pytest.raises(TypeError, match="init_with_features / extend_with_features"):
-    specdec.speculative_sample(cacheless, kinds["feature"], jnp.ones((1, 2), jnp.int32),
-                               jax.random.key(0), gamma=2, max_new_tokens=4)
+    specdec.speculative_sample(
+      cacheless,
+      kinds["feature"],
+      jnp.ones((1, 2), jnp.int32),
+      jax.random.key(0),
+      gamma=2,
+      max_new_tokens=4,
+    )
 
 
 @flax.struct.dataclass
@@ -80,15 +89,23 @@ def test_a_users_own_proposer_plugs_in_and_keeps_the_law():
   echo = Echo(vocab_size=5)
   assert isinstance(drafts.as_proposer(echo), drafts.Proposer)
   x = jnp.asarray([[1], [3]], jnp.int32)
-  greedy = specdec.speculative_sample(target, echo, x, jax.random.key(0), gamma=3,
-                                      max_new_tokens=8, sampling=GREEDY)
-  base = specdec.autoregressive_sample(target, x, jax.random.key(0), max_new_tokens=8,
-                                       sampling=GREEDY)
+  greedy = specdec.speculative_sample(
+    target, echo, x, jax.random.key(0), gamma=3, max_new_tokens=8, sampling=GREEDY
+  )
+  base = specdec.autoregressive_sample(
+    target, x, jax.random.key(0), max_new_tokens=8, sampling=GREEDY
+  )
   np.testing.assert_array_equal(greedy.tokens, base.tokens)
   assert int(greedy.stats.accepted.sum()) == int(greedy.stats.drafted.sum())
-  sampled = specdec.speculative_sample(target, echo, jnp.ones((20_000, 1), jnp.int32),
-                                       jax.random.key(1), gamma=2, max_new_tokens=1,
-                                       sampling=SamplingConfig(1.0))
+  sampled = specdec.speculative_sample(
+    target,
+    echo,
+    jnp.ones((20_000, 1), jnp.int32),
+    jax.random.key(1),
+    gamma=2,
+    max_new_tokens=1,
+    sampling=SamplingConfig(1.0),
+  )
   p = np.exp(table[1]) / np.exp(table[1]).sum()
   freq = np.bincount(np.asarray(sampled.tokens[:, 0]), minlength=5) / 20_000
   # sd <= 0.0036 at 20k draws: 0.015 is > 4 sd, a false-alarm rate below 1e-4.
@@ -113,8 +130,9 @@ def test_after_iterations_without_drafts_the_draft_sees_every_token_it_can(owed)
   state = proposer.start(prompt, 32, 3, True, None)
   for t in owed:
     state = proposer.propose(state, jnp.zeros((1, 0, 2), jnp.uint32), sampling, 0)[3]
-    state = proposer.commit(state, jnp.asarray([[t]], jnp.int32),
-                            jnp.zeros((1,), jnp.int32), 0, None, one)
+    state = proposer.commit(
+      state, jnp.asarray([[t]], jnp.int32), jnp.zeros((1,), jnp.int32), 0, None, one
+    )
   assert bool(proposer.owes(state)[0]) == (len(owed) >= 2)
   state = proposer.catch_up(state)
   assert not bool(proposer.owes(state)[0])
@@ -130,4 +148,4 @@ def test_after_iterations_without_drafts_the_draft_sees_every_token_it_can(owed)
     logits, _ = draft.extend(ref_state, context[:, -1:])
     expected, _ = specdec.distributions.probabilities_checked(logits[:, 0], sampling)
     np.testing.assert_allclose(q[0, j], expected[0], atol=2e-6)
-    context = jnp.concatenate([context, x[:, j:j + 1]], axis=1)
+    context = jnp.concatenate([context, x[:, j : j + 1]], axis=1)

@@ -5,9 +5,19 @@ Statistical tests use fixed seeds, so they are deterministic; each states the
 false-alarm rate its threshold would have under fresh randomness.
 """
 
-
+from helpers import CHI2_PVALUE, GREEDY, chi_square_pvalue
 import jax
 import jax.numpy as jnp
+from llama_helpers import (
+  NUM_NEW,
+  STAT_PROMPT,
+  assert_greedy_identity,
+  exact_llama_distribution,
+  feature_draft,
+  ragged_inputs,
+  target_features,
+  tiny_model,
+)
 import numpy as np
 import pytest
 
@@ -15,11 +25,6 @@ import specdec
 from specdec.costs import step_costs
 from specdec.distributions import SamplingConfig
 from specdec.drafts import eagle
-from helpers import CHI2_PVALUE, GREEDY, chi_square_pvalue
-from llama_helpers import (NUM_NEW, STAT_PROMPT, assert_greedy_identity,
-                           exact_llama_distribution, feature_draft, ragged_inputs,
-                           target_features, tiny_model)
-
 
 # --------------------------------------------------------------------- the models
 
@@ -52,16 +57,18 @@ def test_chunked_extends_give_the_full_pass_over_the_same_features():
   state = draft.init(jnp.asarray(tokens[:, :4]), 8, jnp.asarray(feats[:, :3]))
   got_logits, got_g = [], []
   for lo, hi in [(3, 4), (4, 7), (7, 10)]:
-    logits, g, state = draft.extend(state, jnp.asarray(tokens[:, lo:hi]),
-                                    jnp.asarray(previous[:, lo:hi]))
+    logits, g, state = draft.extend(
+      state, jnp.asarray(tokens[:, lo:hi]), jnp.asarray(previous[:, lo:hi])
+    )
     got_logits.append(logits)
     got_g.append(g)
   logits, g = jnp.concatenate(got_logits, 1), jnp.concatenate(got_g, 1)
   np.testing.assert_allclose(g, full_g[:, 3:], rtol=1e-5, atol=1e-5)
   # The head covers the even ids only: -inf elsewhere, the full pass's logits there.
   assert np.all(np.isneginf(np.asarray(logits)[..., 1::2]))
-  np.testing.assert_allclose(np.asarray(logits)[..., 0::2], full_logits[:, 3:],
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+    np.asarray(logits)[..., 0::2], full_logits[:, 3:], rtol=1e-5, atol=1e-5
+  )
   assert int(state.lengths[0]) == 10
 
 
@@ -73,6 +80,7 @@ def test_packed_feature_draft_gives_the_unpacked_logits():
     pytest.skip("specdec.backends.cpu is not enabled here")
   x = jnp.asarray(np.random.default_rng(2).integers(1, 64, (1, 6)), jnp.int32)
   feats = jnp.asarray(np.random.default_rng(3).normal(size=(1, 5, 32)), jnp.float32)
+
   def step(model):
     return model.extend(model.init(x, 4, feats), x[:, -1:], feats[:, -1:])
 
@@ -113,7 +121,7 @@ def simulated_accepts(target, draft, prompt, truth, gamma, new):
 
   last, accepts = len(prompt) - 1, []  # `last`: index of the newest committed token
   while last - (len(prompt) - 1) < new:
-    tokens, feats = list(seq[:last + 1]), [np.zeros_like(true[0])] + list(true[:last])
+    tokens, feats = list(seq[: last + 1]), [np.zeros_like(true[0])] + list(true[:last])
     drafted = []
     for _ in range(gamma):
       n = len(tokens)
@@ -153,12 +161,22 @@ def test_the_loop_feeds_the_draft_the_targets_features_of_every_committed_positi
   draft = lean_on_features(feature_draft(target, seed=4))
   gamma, new = 3, 24
   prompt = np.random.default_rng(5).integers(1, 64, 7).astype(np.int32)
-  spec = specdec.speculative_sample(target, draft, jnp.asarray(prompt[None]),
-                                    jax.random.key(0), gamma=gamma, max_new_tokens=new,
-                                    sampling=GREEDY)
-  truth = specdec.autoregressive_sample(target, jnp.asarray(prompt[None]),
-                                        jax.random.key(0),
-                                        max_new_tokens=new + gamma + 1, sampling=GREEDY)
+  spec = specdec.speculative_sample(
+    target,
+    draft,
+    jnp.asarray(prompt[None]),
+    jax.random.key(0),
+    gamma=gamma,
+    max_new_tokens=new,
+    sampling=GREEDY,
+  )
+  truth = specdec.autoregressive_sample(
+    target,
+    jnp.asarray(prompt[None]),
+    jax.random.key(0),
+    max_new_tokens=new + gamma + 1,
+    sampling=GREEDY,
+  )
   truth = np.asarray(truth.tokens[0])
   np.testing.assert_array_equal(spec.tokens[0], truth[:new])
   accepts = simulated_accepts(target, draft, prompt, truth, gamma, new)
@@ -170,24 +188,30 @@ def test_the_loop_feeds_the_draft_the_targets_features_of_every_committed_positi
 STAT_SAMPLES = 40_000
 
 
-@pytest.mark.parametrize("sampling,gamma", [(SamplingConfig(1.0), 2),
-                                            (SamplingConfig(0.8, top_k=3), 3)])
+@pytest.mark.parametrize(
+  "sampling,gamma", [(SamplingConfig(1.0), 2), (SamplingConfig(0.8, top_k=3), 3)]
+)
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
-def test_speculative_sequences_with_a_feature_draft_follow_the_target_law(sampling,
-                                                                          gamma):
+def test_speculative_sequences_with_a_feature_draft_follow_the_target_law(sampling, gamma):
   """Chi-square over all 4^3 continuations; p < 1e-3 rejects (false alarm 0.1%).
   The draft's head covers 3 of the 4 tokens, so the residual supplies the fourth."""
-  dims = dict(vocab_size=4, hidden_size=16, num_heads=2, num_kv_heads=1,
-              intermediate_size=32, num_layers=1, pad_id=None)
+  dims = dict(
+    vocab_size=4,
+    hidden_size=16,
+    num_heads=2,
+    num_kv_heads=1,
+    intermediate_size=32,
+    num_layers=1,
+    pad_id=None,
+  )
   target = tiny_model(11, **dims)
   head = target.params["logits_dense"]["kernel"] * 2.0
   target = target.replace(params=dict(target.params, logits_dense={"kernel": head}))
   draft = feature_draft(target, ids=[0, 2, 3], seed=12, scale=3.0)
-  inputs = jnp.broadcast_to(jnp.array(STAT_PROMPT, jnp.int32),
-                            (STAT_SAMPLES, len(STAT_PROMPT)))
-  out = specdec.speculative_sample(target, draft, inputs, jax.random.key(6),
-                                   gamma=gamma, max_new_tokens=NUM_NEW,
-                                   sampling=sampling)
+  inputs = jnp.broadcast_to(jnp.array(STAT_PROMPT, jnp.int32), (STAT_SAMPLES, len(STAT_PROMPT)))
+  out = specdec.speculative_sample(
+    target, draft, inputs, jax.random.key(6), gamma=gamma, max_new_tokens=NUM_NEW, sampling=sampling
+  )
   assert 0 < int(out.stats.accepted.sum()) < int(out.stats.drafted.sum())
   dist = exact_llama_distribution(target, sampling)
   assert chi_square_pvalue(np.asarray(out.tokens), dist) > CHI2_PVALUE
@@ -200,15 +224,14 @@ def test_misuse_raises_naming_it():
   target = tiny_model(0)
   draft = feature_draft(target)
   x = ragged_inputs(1, 4, 64, [4])
-  plain = tiny_model(1, hidden_size=16, num_heads=2, num_kv_heads=1,
-                     intermediate_size=32, num_layers=1)
+  plain = tiny_model(
+    1, hidden_size=16, num_heads=2, num_kv_heads=1, intermediate_size=32, num_layers=1
+  )
   with pytest.raises(ValueError, match="feature_size"):
-    specdec.speculative_sample(plain, draft, x, jax.random.key(0), gamma=2,
-                               max_new_tokens=4)
+    specdec.speculative_sample(plain, draft, x, jax.random.key(0), gamma=2, max_new_tokens=4)
   cfg = target.config
   with pytest.raises(ValueError, match="embedding"):
-    eagle.FeatureDraft.create(cfg, draft.params, np.zeros((64, 16), np.float32),
-                              np.arange(64))
+    eagle.FeatureDraft.create(cfg, draft.params, np.zeros((64, 16), np.float32), np.arange(64))
   with pytest.raises(ValueError, match="head"):
     eagle.FeatureDraft.create(cfg, draft.params, draft.embedding, np.arange(10))
   with pytest.raises(ValueError, match="features"):
@@ -223,19 +246,24 @@ def test_save_and_load_round_trip_in_bfloat16_and_refuse_malformed_files(tmp_pat
   eagle.save(str(tmp_path), draft.params, np.arange(40))
   loaded = eagle.load(str(tmp_path), target)
   for path, value in jax.tree_util.tree_leaves_with_path(
-      {k: v for k, v in draft.params.items() if k != "head"}):
+    {k: v for k, v in draft.params.items() if k != "head"}
+  ):
     got = loaded.params
     for key in path:
       got = got[key.key]
-    np.testing.assert_array_equal(got, np.asarray(
-        jnp.asarray(value, jnp.bfloat16).astype(jnp.float32)))
+    np.testing.assert_array_equal(
+      got, np.asarray(jnp.asarray(value, jnp.bfloat16).astype(jnp.float32))
+    )
   # The head is the target's tied output rows, read from the target, not the file.
   np.testing.assert_array_equal(
-      loaded.params["head"]["embedding"],
-      np.asarray(target.params["token_embedder"]["embedding"])[:40])
+    loaded.params["head"]["embedding"],
+    np.asarray(target.params["token_embedder"]["embedding"])[:40],
+  )
   with pytest.raises(ValueError, match="wrong shapes"):
-    eagle.load(str(tmp_path), tiny_model(0, hidden_size=16, num_heads=2,
-                                         num_kv_heads=1, tie_word_embeddings=True))
+    eagle.load(
+      str(tmp_path),
+      tiny_model(0, hidden_size=16, num_heads=2, num_kv_heads=1, tie_word_embeddings=True),
+    )
   (tmp_path / eagle.WEIGHTS_FILE).write_bytes(b"not safetensors")
   with pytest.raises(ValueError, match="malformed"):
     eagle.load(str(tmp_path), target)
@@ -248,6 +276,5 @@ def test_step_costs_time_a_feature_draft():
   target = tiny_model(0, pad_id=None)
   draft = feature_draft(target)
   x = jnp.asarray(np.random.default_rng(0).integers(1, 64, (1, 5)), jnp.int32)
-  costs = step_costs(target, draft, x, 3, 16, repeats=1, steps=2,
-                     rounds=1)
+  costs = step_costs(target, draft, x, 3, 16, repeats=1, steps=2, rounds=1)
   assert costs["t_q"] > 0 and costs["c"] == costs["t_q"] / costs["t_p1"]

@@ -11,21 +11,25 @@ Statistical tests use fixed seeds, so they are deterministic; each states the
 false-alarm rate its threshold would have under fresh randomness.
 """
 
-
+# Algorithm 1's own test machinery: toy models, step cases, sequence enumeration and
+# the chi-square goodness of fit (CHI2_PVALUE = 1e-3: a 0.1% false alarm per test).
+from helpers import (
+  CHI2_PVALUE,
+  bigram_model,
+  chi_square_pvalue,
+  context_model,
+  exact_sequence_distribution,
+  step_cases,
+  toy_tables,
+)
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import specdec
-from specdec import sample as sample_lib
-from specdec import verify as verify_lib
-from specdec import theory
+from specdec import sample as sample_lib, theory, verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
-# Algorithm 1's own test machinery: toy models, step cases, sequence enumeration and
-# the chi-square goodness of fit (CHI2_PVALUE = 1e-3: a 0.1% false alarm per test).
-from helpers import (CHI2_PVALUE, bigram_model, chi_square_pvalue, context_model,
-                     exact_sequence_distribution, step_cases, toy_tables)
 
 GREEDY = SamplingConfig(temperature=0.0)
 LENIENCES = (0.9, 0.5, 0.3, 0.1)
@@ -67,9 +71,17 @@ def _decode_setup():
 
 def _decode(sampling, **kwargs):
   target, draft, inputs = _decode_setup()
-  return specdec.speculative_sample(target, draft, inputs, jax.random.key(3), gamma=3,
-                                    max_new_tokens=10, sampling=sampling, eos_id=5,
-                                    **kwargs)
+  return specdec.speculative_sample(
+    target,
+    draft,
+    inputs,
+    jax.random.key(3),
+    gamma=3,
+    max_new_tokens=10,
+    sampling=sampling,
+    eos_id=5,
+    **kwargs,
+  )
 
 
 def _assert_same_output(a, b):
@@ -80,9 +92,11 @@ def _assert_same_output(a, b):
     np.testing.assert_array_equal(getattr(a.stats, field), getattr(b.stats, field))
 
 
-@pytest.mark.parametrize("sampling", [
-    SamplingConfig(1.0), pytest.param(SamplingConfig(0.8, top_k=4), marks=pytest.mark.slow),
-    GREEDY], ids=["temperature_1", "top_k", "greedy"])
+@pytest.mark.parametrize(
+  "sampling",
+  [SamplingConfig(1.0), pytest.param(SamplingConfig(0.8, top_k=4), marks=pytest.mark.slow), GREEDY],
+  ids=["temperature_1", "top_k", "greedy"],
+)
 def test_lenience_one_is_bit_identical_to_the_default(sampling):
   default = _decode(sampling)
   for lenience in (1.0, 1, np.float32(1.0), np.float64(1.0)):
@@ -126,8 +140,7 @@ def keep_probability(p_x, q_x, lenience, iterations=64):
   yes_at_one = np.asarray(sample_lib.accepts(jnp.ones_like(p_x), p_x, q_x, lenience))
   for _ in range(iterations):
     mid = (lo + hi) / 2
-    ok = np.asarray(sample_lib.accepts(jnp.asarray(mid, jnp.float32), p_x, q_x,
-                                       lenience))
+    ok = np.asarray(sample_lib.accepts(jnp.asarray(mid, jnp.float32), p_x, q_x, lenience))
     lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
   return np.where(yes_at_one, 1.0, lo)
 
@@ -138,8 +151,7 @@ def emission_probabilities(p, q, lenience):
   q64 = np.asarray(q, np.float64)
   keep = keep_probability(p, q, lenience)
   rejected_mass = np.sum(q64 * (1.0 - keep))
-  residual = np.asarray(sample_lib.residual(jnp.asarray(p), jnp.asarray(q), lenience),
-                        np.float64)
+  residual = np.asarray(sample_lib.residual(jnp.asarray(p), jnp.asarray(q), lenience), np.float64)
   return q64 * keep + rejected_mass * residual
 
 
@@ -159,8 +171,8 @@ def test_one_lenient_step_has_the_closed_form_law(name, lenience):
   keep = keep_probability(p, q, lenience)
   on_q = q64 > 0
   np.testing.assert_allclose(
-      keep[on_q], np.minimum(1.0, p64[on_q] / (lenience * q64[on_q])), rtol=RTOL,
-      atol=ATOL)
+    keep[on_q], np.minimum(1.0, p64[on_q] / (lenience * q64[on_q])), rtol=RTOL, atol=ATOL
+  )
   beta_l = float(theory.acceptance(p64, q64, lenience=lenience))
   np.testing.assert_allclose(float(sample_lib.beta(p, q, lenience)), beta_l, rtol=RTOL)
   np.testing.assert_allclose(np.sum(q64 * keep), beta_l, rtol=RTOL, atol=ATOL)
@@ -171,8 +183,9 @@ def test_lenience_is_not_lossless():
   cases = step_cases()
   for name in ("random0", "random1", "random2"):
     p, q = cases[name]
-    gaps = [np.abs(emission_probabilities(p, q, l) - np.asarray(p)).sum()
-            for l in (1.0, 0.9, 0.5, 0.1)]
+    gaps = [
+      np.abs(emission_probabilities(p, q, l) - np.asarray(p)).sum() for l in (1.0, 0.9, 0.5, 0.1)
+    ]
     assert gaps[0] < 1e-6
     assert all(b > a for a, b in zip(gaps, gaps[1:])), gaps
 
@@ -190,8 +203,9 @@ def test_lenience_gives_no_lower_bound_a_token_can_vanish():
 # ------------------------------------------------------ whole sequences, statistically
 
 
-def lenient_sequence_distribution(target_table, draft_table, prompt_token, num_new,
-                                  sampling, gamma, lenience, eos_id):
+def lenient_sequence_distribution(
+  target_table, draft_table, prompt_token, num_new, sampling, gamma, lenience, eos_id
+):
   """{sequence (0 after EOS): probability} of a lenient decode with bigram models.
 
   The law of a lenient decode is not a per-token law: it depends on where a token
@@ -220,7 +234,7 @@ def lenient_sequence_distribution(target_table, draft_table, prompt_token, num_n
   for _ in range(num_new):
     nxt = {}
     for (prefix, s, k), prob in frontier.items():
-      moves = ([(p[s], 0)] if k == gamma else [(kept[s], k + 1), (rejected[s], 0)])
+      moves = [(p[s], 0)] if k == gamma else [(kept[s], k + 1), (rejected[s], 0)]
       for probs, k_next in moves:
         for a in range(vocab):
           if probs[a] == 0:
@@ -240,9 +254,9 @@ def lenient_sequence_distribution(target_table, draft_table, prompt_token, num_n
 
 NUM_NEW, NUM_SEQUENCES = 4, 50_000
 LENIENT_SEQUENCE_CASES = {
-    # name: (sampling, gamma, lenience, eos_id)
-    "gamma_1_l_0.5": (SamplingConfig(1.0), 1, 0.5, None),
-    "gamma_3_l_0.3_top_k_3_with_eos": (SamplingConfig(0.6, top_k=3), 3, 0.3, 4),
+  # name: (sampling, gamma, lenience, eos_id)
+  "gamma_1_l_0.5": (SamplingConfig(1.0), 1, 0.5, None),
+  "gamma_3_l_0.3_top_k_3_with_eos": (SamplingConfig(0.6, top_k=3), 3, 0.3, 4),
 }
 
 
@@ -251,8 +265,9 @@ def test_the_lenient_sequence_law_reduces_to_the_target_at_lenience_one():
   target_table, draft_table = toy_tables(seed=7)
   for sampling, gamma, _, eos_id in LENIENT_SEQUENCE_CASES.values():
     exact = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, eos_id)
-    lenient = lenient_sequence_distribution(target_table, draft_table, 1, NUM_NEW,
-                                            sampling, gamma, 1.0, eos_id)
+    lenient = lenient_sequence_distribution(
+      target_table, draft_table, 1, NUM_NEW, sampling, gamma, 1.0, eos_id
+    )
     for seq in set(exact) | set(lenient):
       assert abs(exact.get(seq, 0.0) - lenient.get(seq, 0.0)) < 1e-12
 
@@ -266,21 +281,33 @@ def _first_token_law(dist, vocab):
 
 def _draw(target_table, draft_table, sampling, gamma, lenience, eos_id, seed):
   inputs = jnp.full((NUM_SEQUENCES, 1), 1, jnp.int32)
-  out = specdec.speculative_sample(bigram_model(target_table), bigram_model(draft_table),
-                                   inputs, jax.random.key(seed), gamma=gamma,
-                                   max_new_tokens=NUM_NEW, sampling=sampling,
-                                   eos_id=eos_id, lenience=lenience)
+  out = specdec.speculative_sample(
+    bigram_model(target_table),
+    bigram_model(draft_table),
+    inputs,
+    jax.random.key(seed),
+    gamma=gamma,
+    max_new_tokens=NUM_NEW,
+    sampling=sampling,
+    eos_id=eos_id,
+    lenience=lenience,
+  )
   return np.asarray(out.tokens), out
 
 
-@pytest.mark.parametrize("name", [  # gamma 1 after the suite
+@pytest.mark.parametrize(
+  "name",
+  [  # gamma 1 after the suite
     pytest.param(n, marks=pytest.mark.slow) if n.startswith("gamma_1") else n
-    for n in LENIENT_SEQUENCE_CASES])
+    for n in LENIENT_SEQUENCE_CASES
+  ],
+)
 def test_lenient_sequences_follow_the_lenient_law(name):
   sampling, gamma, lenience, eos_id = LENIENT_SEQUENCE_CASES[name]
   target_table, draft_table = toy_tables(seed=7)
-  dist = lenient_sequence_distribution(target_table, draft_table, 1, NUM_NEW, sampling,
-                                       gamma, lenience, eos_id)
+  dist = lenient_sequence_distribution(
+    target_table, draft_table, 1, NUM_NEW, sampling, gamma, lenience, eos_id
+  )
   assert abs(sum(dist.values()) - 1.0) < 1e-9
   # The first token of a decode has the per-token lenient law, within p / l.
   p = _float64(probabilities(jnp.asarray(target_table, jnp.float32), sampling))
@@ -288,8 +315,7 @@ def test_lenient_sequences_follow_the_lenient_law(name):
   first = _first_token_law(dist, p.shape[0])
   np.testing.assert_allclose(first, lenient_law(p[1], q[1], lenience), atol=1e-12)
   assert (first <= p[1] / lenience + 1e-12).all()
-  samples, out = _draw(target_table, draft_table, sampling, gamma, lenience, eos_id,
-                       seed=11)
+  samples, out = _draw(target_table, draft_table, sampling, gamma, lenience, eos_id, seed=11)
   assert 0 < int(out.stats.accepted.sum()) < int(out.stats.drafted.sum())
   assert chi_square_pvalue(samples, dist) > CHI2_PVALUE
   # Negative control on the same samples: they are not the target's (lenience is
@@ -297,8 +323,9 @@ def test_lenient_sequences_follow_the_lenient_law(name):
   target_dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, eos_id)
   assert chi_square_pvalue(samples, target_dist) < CHI2_PVALUE
   # Nor the lenient law of another gamma: the law depends on gamma, as derived.
-  other_gamma = lenient_sequence_distribution(target_table, draft_table, 1, NUM_NEW,
-                                              sampling, gamma + 1, lenience, eos_id)
+  other_gamma = lenient_sequence_distribution(
+    target_table, draft_table, 1, NUM_NEW, sampling, gamma + 1, lenience, eos_id
+  )
   assert chi_square_pvalue(samples, other_gamma) < CHI2_PVALUE
 
 
@@ -320,10 +347,16 @@ def test_measured_acceptance_matches_alpha_l_on_constant_models(lenience):
   rng = np.random.default_rng(4)
   lp = rng.standard_normal(vocab) * 1.5
   lq = lp + rng.standard_normal(vocab)
-  out = specdec.speculative_sample(constant_model(lp), constant_model(lq),
-                                   jnp.zeros((batch, 1), jnp.int32), jax.random.key(0),
-                                   gamma=gamma, max_new_tokens=24,
-                                   sampling=SamplingConfig(1.0), lenience=lenience)
+  out = specdec.speculative_sample(
+    constant_model(lp),
+    constant_model(lq),
+    jnp.zeros((batch, 1), jnp.int32),
+    jax.random.key(0),
+    gamma=gamma,
+    max_new_tokens=24,
+    sampling=SamplingConfig(1.0),
+    lenience=lenience,
+  )
   p = probabilities(jnp.asarray(lp, jnp.float32), SamplingConfig(1.0))
   q = probabilities(jnp.asarray(lq, jnp.float32), SamplingConfig(1.0))
   alpha = float(theory.acceptance(p, q))
@@ -343,7 +376,7 @@ def test_measured_acceptance_matches_alpha_l_on_constant_models(lenience):
   # Tokens per iteration: Eq. 1 with alpha_l, within 4 standard errors of the
   # truncated geometric (false alarm 6e-5).
   k = np.arange(1, gamma + 2)
-  pk = np.append(alpha_l ** (k[:-1] - 1) * (1 - alpha_l), alpha_l ** gamma)
+  pk = np.append(alpha_l ** (k[:-1] - 1) * (1 - alpha_l), alpha_l**gamma)
   mean, std = float(pk @ k), float(np.sqrt(pk @ k**2 - (pk @ k) ** 2))
   np.testing.assert_allclose(mean, theory.expected_tokens(alpha_l, gamma), rtol=1e-12)
   iterations = int(out.stats.iterations.sum())
@@ -372,10 +405,16 @@ def test_greedy_accepts_exactly_when_p_x_is_within_l_of_max_p(lenience):
     target, draft = _crafted_greedy_logits(lenience, log_ratio, x=x, y=y)
     p = np.asarray(probabilities(jnp.asarray(target), SamplingConfig(1.0)), np.float64)
     assert (p[x] >= lenience * p.max()) == accepted
-    out = specdec.speculative_sample(constant_model(target), constant_model(draft),
-                                     jnp.zeros((2, 1), jnp.int32), jax.random.key(0),
-                                     gamma=gamma, max_new_tokens=max_new,
-                                     sampling=GREEDY, lenience=lenience)
+    out = specdec.speculative_sample(
+      constant_model(target),
+      constant_model(draft),
+      jnp.zeros((2, 1), jnp.int32),
+      jax.random.key(0),
+      gamma=gamma,
+      max_new_tokens=max_new,
+      sampling=GREEDY,
+      lenience=lenience,
+    )
     tokens = np.asarray(out.tokens)
     if accepted:
       # Every iteration keeps all gamma drafts, then the target's greedy token.
@@ -394,8 +433,7 @@ def test_lenient_greedy_step_is_the_p_x_over_max_p_rule_on_many_crafted_rows():
   logits = rng.standard_normal((batch, gamma + 1, vocab)).astype(np.float32) * 2
   x = rng.integers(0, vocab, (batch, gamma)).astype(np.int32)
   for lenience in LENIENCES:
-    n, t, ok = sample_lib.lenient_greedy_step(jnp.asarray(logits), jnp.asarray(x),
-                                              GREEDY, lenience)
+    n, t, ok = sample_lib.lenient_greedy_step(jnp.asarray(logits), jnp.asarray(x), GREEDY, lenience)
     p = _float64(probabilities(jnp.asarray(logits), SamplingConfig(1.0)))
     p_x = np.take_along_axis(p[:, :gamma], x[..., None], -1)[..., 0]
     ratio = p_x / p[:, :gamma].max(-1)
@@ -418,17 +456,21 @@ def test_greedy_top_k_never_accepts_a_token_outside_the_targets_top_k():
   # The shapes and settings of the test above at l = 0.1: one compiled decode.
   inputs = jnp.zeros((2, 1), jnp.int32)
   for top_k, expect_accepted in ((None, True), (3, False)):
-    out = specdec.speculative_sample(constant_model(target), constant_model(draft),
-                                     inputs, jax.random.key(0), gamma=gamma,
-                                     max_new_tokens=8,
-                                     sampling=SamplingConfig(0.0, top_k=top_k),
-                                     lenience=0.1)
+    out = specdec.speculative_sample(
+      constant_model(target),
+      constant_model(draft),
+      inputs,
+      jax.random.key(0),
+      gamma=gamma,
+      max_new_tokens=8,
+      sampling=SamplingConfig(0.0, top_k=top_k),
+      lenience=0.1,
+    )
     assert (int(out.stats.accepted[0]) > 0) == expect_accepted
     assert (3 in np.asarray(out.tokens[0]).tolist()) == expect_accepted
 
 
-def _lenient_greedy_reference(target_table, draft_table, prompt, gamma, lenience,
-                              max_new):
+def _lenient_greedy_reference(target_table, draft_table, prompt, gamma, lenience, max_new):
   """The temperature-0 variant iteration by iteration, in float64 numpy."""
   p = _float64(probabilities(jnp.asarray(target_table), SamplingConfig(1.0)))
   out, last, off_greedy = [], prompt, 0
@@ -454,14 +496,21 @@ def test_greedy_lenient_decode_equals_the_rule_applied_by_hand():
   target_table = (rng.standard_normal((vocab, vocab)) * 1.5).astype(np.float32)
   draft_table = (target_table + rng.standard_normal((vocab, vocab))).astype(np.float32)
   prompts = np.arange(vocab)
-  out = specdec.speculative_sample(bigram_model(target_table), bigram_model(draft_table),
-                                   jnp.asarray(prompts[:, None], jnp.int32),
-                                   jax.random.key(0), gamma=gamma, max_new_tokens=max_new,
-                                   sampling=GREEDY, lenience=lenience)
+  out = specdec.speculative_sample(
+    bigram_model(target_table),
+    bigram_model(draft_table),
+    jnp.asarray(prompts[:, None], jnp.int32),
+    jax.random.key(0),
+    gamma=gamma,
+    max_new_tokens=max_new,
+    sampling=GREEDY,
+    lenience=lenience,
+  )
   off_greedy = 0
   for row, prompt in enumerate(prompts):
-    tokens, off = _lenient_greedy_reference(target_table, draft_table, int(prompt),
-                                            gamma, lenience, max_new)
+    tokens, off = _lenient_greedy_reference(
+      target_table, draft_table, int(prompt), gamma, lenience, max_new
+    )
     np.testing.assert_array_equal(np.asarray(out.tokens[row]), tokens)
     off_greedy += off
   # Not vacuous: some accepted drafts are not the target's greedy token (which
@@ -473,13 +522,16 @@ def test_greedy_lenient_decode_equals_the_rule_applied_by_hand():
 # ------------------------------------------------------------------------- bad values
 
 
-@pytest.mark.parametrize("lenience", [0, 0.0, -0.2, 1.0000001, 2, float("nan"),
-                                      float("inf"), True, np.bool_(False), "0.5", None])
+@pytest.mark.parametrize(
+  "lenience",
+  [0, 0.0, -0.2, 1.0000001, 2, float("nan"), float("inf"), True, np.bool_(False), "0.5", None],
+)
 def test_bad_lenience_raises_naming_it(lenience):
   target, draft, inputs = _decode_setup()
   with pytest.raises(ValueError, match="lenience"):
-    specdec.speculative_sample(target, draft, inputs, jax.random.key(0), gamma=2,
-                               max_new_tokens=4, lenience=lenience)
+    specdec.speculative_sample(
+      target, draft, inputs, jax.random.key(0), gamma=2, max_new_tokens=4, lenience=lenience
+    )
   with pytest.raises(ValueError, match="lenience"):
     sample_lib.check_lenience(lenience)
 

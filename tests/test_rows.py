@@ -12,20 +12,25 @@
   rate of 0.1% under fresh randomness.
 """
 
+from hypothesis import example, given, settings, strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
 
 import specdec
 from specdec import sample as sample_lib
 from specdec.adaptive import AutoGamma
 from specdec.backends import cpu
 from specdec.distributions import SamplingConfig
-from test_sample import (CHI2_PVALUE, GREEDY, bigram_model, chi_square_pvalue,
-                         exact_sequence_distribution)
+
+from test_sample import (
+  CHI2_PVALUE,
+  GREEDY,
+  bigram_model,
+  chi_square_pvalue,
+  exact_sequence_distribution,
+)
 
 # V > 2 * 128: the greedy token's two-level search, and its raw-argmax shortcut.
 VOCAB = 300
@@ -52,8 +57,10 @@ def _logits(tokens, params):
 
 def _tiny(seed):
   rng = np.random.default_rng(seed)
-  params = dict(bigram=jnp.asarray(rng.standard_normal((VOCAB, VOCAB)), jnp.float32),
-                emb=jnp.asarray(rng.standard_normal((VOCAB, VOCAB)), jnp.float32))
+  params = dict(
+    bigram=jnp.asarray(rng.standard_normal((VOCAB, VOCAB)), jnp.float32),
+    emb=jnp.asarray(rng.standard_normal((VOCAB, VOCAB)), jnp.float32),
+  )
   # A fresh function per model: each mode's decodes trace (and cache) on their own.
   return specdec.CausalLM.from_fn(lambda t, p: _logits(t, p), VOCAB, params=params)
 
@@ -68,12 +75,14 @@ def _decode(mode, decoder, inputs, max_new_tokens):
   target, draft = MODELS[mode]
   key = jax.random.key(0)
   if decoder == "baseline":
-    out = specdec.autoregressive_sample(target, inputs, key, sampling=GREEDY,
-                                        max_new_tokens=max_new_tokens)
+    out = specdec.autoregressive_sample(
+      target, inputs, key, sampling=GREEDY, max_new_tokens=max_new_tokens
+    )
   else:
     gamma = RULE if decoder == "auto" else 2
-    out = specdec.speculative_sample(target, draft, inputs, key, gamma=gamma,
-                                     sampling=GREEDY, max_new_tokens=max_new_tokens)
+    out = specdec.speculative_sample(
+      target, draft, inputs, key, gamma=gamma, sampling=GREEDY, max_new_tokens=max_new_tokens
+    )
   return np.asarray(out.tokens)
 
 
@@ -89,12 +98,14 @@ def batches(draw):
   for _ in range(size):
     kind = draw(st.sampled_from([NAN, NEG_INF, EDGE, None, None]))
     first = draw(st.integers(3, VOCAB - 1)) if kind is None else kind
-    rest = draw(st.lists(st.integers(3, VOCAB - 1), min_size=length - 1,
-                         max_size=length - 1))
+    rest = draw(st.lists(st.integers(3, VOCAB - 1), min_size=length - 1, max_size=length - 1))
     rows.append([first] + rest)
-  return (np.asarray(rows, np.int32), draw(st.integers(2, 3)),
-          draw(st.sampled_from(["1", "0"])),
-          draw(st.sampled_from(["baseline", "fixed", "auto"])))
+  return (
+    np.asarray(rows, np.int32),
+    draw(st.integers(2, 3)),
+    draw(st.sampled_from(["1", "0"])),
+    draw(st.sampled_from(["baseline", "fixed", "auto"])),
+  )
 
 
 def check_rows_alone_and_together(batch):
@@ -105,7 +116,7 @@ def check_rows_alone_and_together(batch):
     patch.setenv(cpu.ENV_SWITCH, mode)
     together = _decode(mode, decoder, jnp.asarray(inputs), new)
     for row in range(inputs.shape[0]):
-      alone = _decode(mode, decoder, jnp.asarray(inputs[row:row + 1]), new)
+      alone = _decode(mode, decoder, jnp.asarray(inputs[row : row + 1]), new)
       np.testing.assert_array_equal(alone[0], together[row], err_msg=f"row {row}")
   # The special rows decode as their sanitized logits say: all -1e30, first argmax 0.
   for row in np.flatnonzero(np.isin(inputs[:, 0], (NAN, NEG_INF, EDGE))):
@@ -127,8 +138,7 @@ def test_a_rows_greedy_tokens_do_not_depend_on_its_neighbours_many_batches(batch
   check_rows_alone_and_together(batch)
 
 
-def test_the_greedy_token_at_the_minus_1e30_edge_is_the_same_on_both_paths(
-    monkeypatch):
+def test_the_greedy_token_at_the_minus_1e30_edge_is_the_same_on_both_paths(monkeypatch):
   """Issue 47's snippet: a NaN row beside a row whose largest logit is -1e30, on the
   XLA path (V > 256), and the CPU kernel's answer for the same row."""
   tokens = {}
@@ -146,12 +156,15 @@ def test_one_key_is_folded_with_the_row_index():
   inputs = jnp.asarray([[1], [3], [1], [5]], jnp.int32)
   rng = jax.random.key(4)
   cfg = SamplingConfig(1.0)
-  run = lambda x, key: np.asarray(specdec.speculative_sample(  # noqa: E731
-      target, draft, x, key, gamma=2, max_new_tokens=12, sampling=cfg).tokens)
+  run = lambda x, key: np.asarray(
+    specdec.speculative_sample(
+      target, draft, x, key, gamma=2, max_new_tokens=12, sampling=cfg
+    ).tokens
+  )
   batch = run(inputs, rng)
   for row in range(4):
     own = jax.random.fold_in(rng, row)[None]
-    np.testing.assert_array_equal(run(inputs[row:row + 1], own)[0], batch[row])
+    np.testing.assert_array_equal(run(inputs[row : row + 1], own)[0], batch[row])
   # Rows 0 and 2 share a prompt; their keys differ with the index.
   assert not np.array_equal(batch[0], batch[2])
 
@@ -168,11 +181,23 @@ def test_autogamma_at_temperature_1_can_change_a_rows_tokens_with_its_neighbour(
   differs = 0
   for neighbour in (0, 2, 3, 4):
     out = specdec.speculative_sample(
-        target, draft, jnp.asarray([[1], [neighbour]], jnp.int32), keys, gamma=_RULE,
-        max_new_tokens=12, sampling=cfg)
-    alone = specdec.speculative_sample(target, draft, jnp.asarray([[1]], jnp.int32),
-                                       keys[:1], gamma=_RULE, max_new_tokens=12,
-                                       sampling=cfg)
+      target,
+      draft,
+      jnp.asarray([[1], [neighbour]], jnp.int32),
+      keys,
+      gamma=_RULE,
+      max_new_tokens=12,
+      sampling=cfg,
+    )
+    alone = specdec.speculative_sample(
+      target,
+      draft,
+      jnp.asarray([[1]], jnp.int32),
+      keys[:1],
+      gamma=_RULE,
+      max_new_tokens=12,
+      sampling=cfg,
+    )
     differs += not np.array_equal(np.asarray(out.tokens[0]), np.asarray(alone.tokens[0]))
   assert differs > 0
 
@@ -181,8 +206,7 @@ def test_autogamma_at_temperature_1_can_change_a_rows_tokens_with_its_neighbour(
 
 _VOCAB, _NUM_NEW, _INSTANCES = 5, 4, 20_000
 # gamma 3 pays only for alpha above ~0.72, gamma 1 above 0.6 (test_adaptive's RULE).
-_RULE = AutoGamma(gammas=(0, 1, 3), costs=(1.0, 1.6, 2.8), prior=1.0, prior_weight=0.5,
-                  decay=0.3)
+_RULE = AutoGamma(gammas=(0, 1, 3), costs=(1.0, 1.6, 2.8), prior=1.0, prior_weight=0.5, decay=0.3)
 
 
 def _varying_tables(seed=7):
@@ -207,9 +231,16 @@ def test_autogamma_keeps_each_rows_law_beside_another_row():
   inputs = jnp.asarray([[1], [3]], jnp.int32)
 
   def one(key):
-    return sample_lib._speculative_jit(target, draft, inputs, key, gamma=_RULE,  # pylint: disable=protected-access
-                                       max_new_tokens=_NUM_NEW, sampling=sampling,
-                                       eos_id=None)
+    return sample_lib._speculative_jit(
+      target,
+      draft,
+      inputs,
+      key,
+      gamma=_RULE,  # pylint: disable=protected-access
+      max_new_tokens=_NUM_NEW,
+      sampling=sampling,
+      eos_id=None,
+    )
 
   out = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(17), _INSTANCES))
   counts = np.asarray(out.stats.gamma_counts).sum(axis=(0, 1))

@@ -8,6 +8,21 @@ import functools
 import itertools
 import re
 
+from helpers import (
+  CHI2_PVALUE,
+  GREEDY,
+  NUM_NEW,
+  ConstantLM,
+  bigram_model,
+  chi_square_pvalue,
+  context_model,
+  emission_probabilities,
+  exact_sequence_distribution,
+  normalize,
+  running_mean_logits,
+  step_cases,
+  toy_tables,
+)
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,11 +32,6 @@ from scipy import stats as scipy_stats
 import specdec
 from specdec import sample as sample_lib, verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
-from helpers import (CHI2_PVALUE, GREEDY, NUM_NEW, ConstantLM, bigram_model,
-                     chi_square_pvalue, context_model, emission_probabilities,
-                     exact_sequence_distribution, normalize, running_mean_logits,
-                     step_cases, toy_tables)
-
 
 # ------------------------------------------------------------------ one step, exactly
 
@@ -44,8 +54,9 @@ def test_residual_falls_back_to_p_when_empty_and_is_q_free_when_q_is_zero():
   p = normalize([1, 2, 3])
   np.testing.assert_allclose(sample_lib.residual(p, p), p)
   np.testing.assert_allclose(sample_lib.residual(p, jnp.zeros(3)), p)
-  np.testing.assert_allclose(sample_lib.residual(p, normalize([3, 2, 1])),
-                             normalize([0, 0, 2 / 6]), atol=1e-7)
+  np.testing.assert_allclose(
+    sample_lib.residual(p, normalize([3, 2, 1])), normalize([0, 0, 2 / 6]), atol=1e-7
+  )
 
 
 def test_num_accepted_counts_only_the_leading_run():
@@ -79,18 +90,25 @@ NUM_SEQUENCES = 100_000
 
 
 SEQUENCE_CASES = {
-    "temperature_1": (SamplingConfig(1.0), 3, None),
-    "temperature_0.6_top_k_3": (SamplingConfig(0.6, top_k=3), 2, None),
-    "top_p_0.8": (SamplingConfig(1.0, top_p=0.8), 4, None),
-    "temperature_1_with_eos": (SamplingConfig(1.0), 3, 4),
+  "temperature_1": (SamplingConfig(1.0), 3, None),
+  "temperature_0.6_top_k_3": (SamplingConfig(0.6, top_k=3), 2, None),
+  "top_p_0.8": (SamplingConfig(1.0, top_p=0.8), 4, None),
+  "temperature_1_with_eos": (SamplingConfig(1.0), 3, 4),
 }
 
 
 def draw_sequences(target, draft, sampling, gamma, eos_id, seed):
   inputs = jnp.full((NUM_SEQUENCES, 1), 1, jnp.int32)
-  out = specdec.speculative_sample(target, draft, inputs, jax.random.key(seed),
-                                   gamma=gamma, max_new_tokens=NUM_NEW,
-                                   sampling=sampling, eos_id=eos_id)
+  out = specdec.speculative_sample(
+    target,
+    draft,
+    inputs,
+    jax.random.key(seed),
+    gamma=gamma,
+    max_new_tokens=NUM_NEW,
+    sampling=sampling,
+    eos_id=eos_id,
+  )
   return np.asarray(out.tokens), out
 
 
@@ -99,8 +117,9 @@ def draw_sequences(target, draft, sampling, gamma, eos_id, seed):
 def test_speculative_sequences_follow_the_target_distribution(name):
   sampling, gamma, eos_id = SEQUENCE_CASES[name]
   target_table, draft_table = toy_tables(seed=7)
-  samples, out = draw_sequences(bigram_model(target_table), bigram_model(draft_table),
-                                sampling, gamma, eos_id, seed=11)
+  samples, out = draw_sequences(
+    bigram_model(target_table), bigram_model(draft_table), sampling, gamma, eos_id, seed=11
+  )
   dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, eos_id)
   assert abs(sum(dist.values()) - 1.0) < 1e-9
   # The draft is imperfect, so some drafts were rejected: the test is not vacuous.
@@ -114,12 +133,14 @@ def test_negative_control_accepting_every_draft_is_detected(monkeypatch):
   sampling, gamma, eos_id = SEQUENCE_CASES["temperature_1"]
   target_table, draft_table = toy_tables(seed=7)
   dist = exact_sequence_distribution(target_table, 1, NUM_NEW, sampling, eos_id)
-  monkeypatch.setattr(verify_lib, "accepts",
-                      lambda r, p_x, q_x, lenience=1.0: jnp.ones_like(r, bool))
+  monkeypatch.setattr(
+    verify_lib, "accepts", lambda r, p_x, q_x, lenience=1.0: jnp.ones_like(r, bool)
+  )
   jax.clear_caches()
   try:
-    samples, _ = draw_sequences(bigram_model(target_table), bigram_model(draft_table),
-                                sampling, gamma, eos_id, seed=11)
+    samples, _ = draw_sequences(
+      bigram_model(target_table), bigram_model(draft_table), sampling, gamma, eos_id, seed=11
+    )
   finally:
     monkeypatch.undo()
     jax.clear_caches()
@@ -135,11 +156,19 @@ def test_greedy_speculative_equals_greedy_target(gamma, batch):
   target = context_model(jax.random.key(0), vocab)
   draft = context_model(jax.random.key(1), vocab)
   inputs = jax.random.randint(jax.random.key(2), (batch, 3), 0, vocab)
-  spec = specdec.speculative_sample(target, draft, inputs, jax.random.key(3),
-                                    gamma=gamma, max_new_tokens=12, sampling=GREEDY,
-                                    eos_id=5)
-  base = specdec.autoregressive_sample(target, inputs, jax.random.key(4),
-                                       max_new_tokens=12, sampling=GREEDY, eos_id=5)
+  spec = specdec.speculative_sample(
+    target,
+    draft,
+    inputs,
+    jax.random.key(3),
+    gamma=gamma,
+    max_new_tokens=12,
+    sampling=GREEDY,
+    eos_id=5,
+  )
+  base = specdec.autoregressive_sample(
+    target, inputs, jax.random.key(4), max_new_tokens=12, sampling=GREEDY, eos_id=5
+  )
   np.testing.assert_array_equal(spec.tokens, base.tokens)
   np.testing.assert_array_equal(spec.lengths, base.lengths)
 
@@ -147,8 +176,9 @@ def test_greedy_speculative_equals_greedy_target(gamma, batch):
 def test_greedy_with_the_target_as_its_own_draft_accepts_everything():
   target = context_model(jax.random.key(0), 16)
   inputs = jnp.ones((2, 2), jnp.int32)
-  out = specdec.speculative_sample(target, target, inputs, jax.random.key(0), gamma=3,
-                                   max_new_tokens=12, sampling=GREEDY)
+  out = specdec.speculative_sample(
+    target, target, inputs, jax.random.key(0), gamma=3, max_new_tokens=12, sampling=GREEDY
+  )
   np.testing.assert_array_equal(out.stats.accepted, 3 * out.stats.iterations)
   np.testing.assert_array_equal(out.stats.iterations, [3, 3])
   np.testing.assert_allclose(out.stats.alpha_hat, 1.0)
@@ -164,12 +194,20 @@ def test_a_row_alone_equals_the_same_row_in_a_batch():
   inputs = jax.random.randint(jax.random.key(2), (6, 3), 0, vocab)
   keys = jax.random.split(jax.random.key(9), 6)
   cfg = SamplingConfig(1.0)
-  batch = specdec.speculative_sample(target, draft, inputs, keys, gamma=3,
-                                     max_new_tokens=10, sampling=cfg, eos_id=5)
+  batch = specdec.speculative_sample(
+    target, draft, inputs, keys, gamma=3, max_new_tokens=10, sampling=cfg, eos_id=5
+  )
   for row in (0, 4):
-    alone = specdec.speculative_sample(target, draft, inputs[row:row + 1],
-                                       keys[row:row + 1], gamma=3, max_new_tokens=10,
-                                       sampling=cfg, eos_id=5)
+    alone = specdec.speculative_sample(
+      target,
+      draft,
+      inputs[row : row + 1],
+      keys[row : row + 1],
+      gamma=3,
+      max_new_tokens=10,
+      sampling=cfg,
+      eos_id=5,
+    )
     np.testing.assert_array_equal(alone.tokens[0], batch.tokens[row])
     assert int(alone.stats.accepted[0]) == int(batch.stats.accepted[row])
 
@@ -197,14 +235,21 @@ def test_rows_stop_at_eos_and_are_padded_after_it():
   draft = context_model(jax.random.key(1), vocab)
   inputs = jax.random.randint(jax.random.key(5), (64, 2), 0, vocab)
   eos = 3
-  out = specdec.speculative_sample(target, draft, inputs, jax.random.key(1), gamma=4,
-                                   max_new_tokens=20, sampling=SamplingConfig(1.0),
-                                   eos_id=eos)
+  out = specdec.speculative_sample(
+    target,
+    draft,
+    inputs,
+    jax.random.key(1),
+    gamma=4,
+    max_new_tokens=20,
+    sampling=SamplingConfig(1.0),
+    eos_id=eos,
+  )
   tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
   ended = lengths < 20
   assert ended.any() and (~ended).any()
   for row, length in zip(tokens, lengths):
-    assert eos not in row[:length - 1]
+    assert eos not in row[: length - 1]
     assert (row[length:] == 0).all()
     if length < 20:
       assert row[length - 1] == eos
@@ -216,9 +261,15 @@ def test_stats_count_every_token_produced():
   draft = context_model(jax.random.key(1), vocab)
   inputs = jax.random.randint(jax.random.key(5), (32, 2), 0, vocab)
   gamma, max_new = 5, 17
-  out = specdec.speculative_sample(target, draft, inputs, jax.random.key(1),
-                                   gamma=gamma, max_new_tokens=max_new,
-                                   sampling=SamplingConfig(1.0))
+  out = specdec.speculative_sample(
+    target,
+    draft,
+    inputs,
+    jax.random.key(1),
+    gamma=gamma,
+    max_new_tokens=max_new,
+    sampling=SamplingConfig(1.0),
+  )
   produced = np.asarray(out.stats.accepted + out.stats.iterations)
   np.testing.assert_array_equal(out.stats.drafted, gamma * out.stats.iterations)
   np.testing.assert_array_equal(out.lengths, np.minimum(produced, max_new))
@@ -233,12 +284,20 @@ def test_tokens_per_iteration_match_equation_1_for_constant_models(gamma):
   rng = np.random.default_rng(3)
   lp, lq = rng.standard_normal(vocab) * 1.5, rng.standard_normal(vocab) * 1.5
   target = specdec.CausalLM.from_fn(
-      lambda t: jnp.broadcast_to(jnp.asarray(lp, jnp.float32), t.shape + (vocab,)), vocab)
+    lambda t: jnp.broadcast_to(jnp.asarray(lp, jnp.float32), t.shape + (vocab,)), vocab
+  )
   draft = specdec.CausalLM.from_fn(
-      lambda t: jnp.broadcast_to(jnp.asarray(lq, jnp.float32), t.shape + (vocab,)), vocab)
-  out = specdec.speculative_sample(target, draft, jnp.zeros((batch, 1), jnp.int32),
-                                   jax.random.key(0), gamma=gamma, max_new_tokens=24,
-                                   sampling=SamplingConfig(1.0))
+    lambda t: jnp.broadcast_to(jnp.asarray(lq, jnp.float32), t.shape + (vocab,)), vocab
+  )
+  out = specdec.speculative_sample(
+    target,
+    draft,
+    jnp.zeros((batch, 1), jnp.int32),
+    jax.random.key(0),
+    gamma=gamma,
+    max_new_tokens=24,
+    sampling=SamplingConfig(1.0),
+  )
   p = probabilities(jnp.asarray(lp), SamplingConfig(1.0))
   q = probabilities(jnp.asarray(lq), SamplingConfig(1.0))
   alpha = float(specdec.theory.acceptance(p, q))
@@ -248,7 +307,7 @@ def test_tokens_per_iteration_match_equation_1_for_constant_models(gamma):
   # n + 1 is a truncated geometric: P(n + 1 = k) = alpha^(k-1) (1 - alpha), k <= gamma,
   # and alpha^gamma at k = gamma + 1. Pass within 4 standard errors (false alarm 6e-5).
   k = np.arange(1, gamma + 2)
-  pk = np.append(alpha ** (k[:-1] - 1) * (1 - alpha), alpha ** gamma)
+  pk = np.append(alpha ** (k[:-1] - 1) * (1 - alpha), alpha**gamma)
   mean, std = float(pk @ k), float(np.sqrt(pk @ k**2 - (pk @ k) ** 2))
   np.testing.assert_allclose(mean, specdec.theory.expected_tokens(alpha, gamma))
   assert abs(measured - mean) < 4 * std / np.sqrt(iterations)
@@ -257,17 +316,20 @@ def test_tokens_per_iteration_match_equation_1_for_constant_models(gamma):
   full = int(out.stats.iterations.sum() - out.stats.rejected.sum())
   assert 0 <= full <= iterations
   assert int(out.stats.accepted.sum()) >= gamma * full
-  p_full = alpha ** gamma
+  p_full = alpha**gamma
   assert abs(full - iterations * p_full) < 4 * np.sqrt(iterations * p_full * (1 - p_full))
   # The accept-count estimate: each test is a Bernoulli(alpha) trial; within 4 SE.
-  accepted, trials = int(out.stats.accepted.sum()), int(
-      (out.stats.accepted + out.stats.rejected).sum())
+  accepted, trials = (
+    int(out.stats.accepted.sum()),
+    int((out.stats.accepted + out.stats.rejected).sum()),
+  )
   pooled = accepted / trials
   assert abs(pooled - alpha) < 4 * np.sqrt(alpha * (1 - alpha) / trials)
   np.testing.assert_allclose(
-      np.asarray(out.stats.alpha_from_accepts),
-      np.asarray(out.stats.accepted / np.maximum(out.stats.accepted + out.stats.rejected,
-                                                 1)), rtol=1e-6)
+    np.asarray(out.stats.alpha_from_accepts),
+    np.asarray(out.stats.accepted / np.maximum(out.stats.accepted + out.stats.rejected, 1)),
+    rtol=1e-6,
+  )
 
 
 def test_nan_and_infinite_logits_never_give_nan():
@@ -280,9 +342,15 @@ def test_nan_and_infinite_logits_never_give_nan():
 
   target = specdec.CausalLM.from_fn(wild, vocab)
   draft = specdec.CausalLM.from_fn(lambda t: jnp.full(t.shape + (vocab,), -jnp.inf), vocab)
-  out = specdec.speculative_sample(target, draft, jnp.zeros((4, 1), jnp.int32),
-                                   jax.random.key(0), gamma=3, max_new_tokens=6,
-                                   sampling=SamplingConfig(0.7, top_p=0.9))
+  out = specdec.speculative_sample(
+    target,
+    draft,
+    jnp.zeros((4, 1), jnp.int32),
+    jax.random.key(0),
+    gamma=3,
+    max_new_tokens=6,
+    sampling=SamplingConfig(0.7, top_p=0.9),
+  )
   assert np.isfinite(np.asarray(out.stats.alpha_hat)).all()
   assert ((np.asarray(out.tokens) >= 0) & (np.asarray(out.tokens) < vocab)).all()
   # +inf logit at 3 dominates the target: every token is 3.
@@ -307,8 +375,7 @@ def test_same_shapes_compile_once():
 
   specdec.autoregressive_sample(target, inputs, jax.random.key(0), max_new_tokens=6)
   before = sample_lib._autoregressive_jit._cache_size()
-  specdec.autoregressive_sample(other_target, inputs + 2, jax.random.key(5),
-                                max_new_tokens=6)
+  specdec.autoregressive_sample(other_target, inputs + 2, jax.random.key(5), max_new_tokens=6)
   assert sample_lib._autoregressive_jit._cache_size() == before
 
 
@@ -320,14 +387,22 @@ def test_samplers_are_traceable_inside_a_user_jit():
 
   @jax.jit
   def decode(target, draft, inputs, key):
-    spec = specdec.speculative_sample(target, draft, inputs, key, gamma=2,
-                                      max_new_tokens=8, sampling=SamplingConfig(1.0))
+    spec = specdec.speculative_sample(
+      target, draft, inputs, key, gamma=2, max_new_tokens=8, sampling=SamplingConfig(1.0)
+    )
     base = specdec.autoregressive_sample(target, inputs, key, max_new_tokens=8)
     return spec.tokens, base.tokens
 
   spec_tokens, base_tokens = decode(target, draft, inputs, jax.random.key(4))
-  direct = specdec.speculative_sample(target, draft, inputs, jax.random.key(4), gamma=2,
-                                      max_new_tokens=8, sampling=SamplingConfig(1.0))
+  direct = specdec.speculative_sample(
+    target,
+    draft,
+    inputs,
+    jax.random.key(4),
+    gamma=2,
+    max_new_tokens=8,
+    sampling=SamplingConfig(1.0),
+  )
   np.testing.assert_array_equal(spec_tokens, direct.tokens)
   assert base_tokens.shape == (3, 8)
 
@@ -343,8 +418,11 @@ def test_the_decode_is_one_while_loop_with_one_target_call_per_iteration():
 
   target = specdec.CausalLM.from_fn(target_fn, vocab)
   draft = bigram_model(table * 0.5)
-  fn = lambda i, k: specdec.speculative_sample(
-      target, draft, i, k, gamma=4, max_new_tokens=9, sampling=SamplingConfig(1.0)).tokens
+  fn = lambda i, k: (
+    specdec.speculative_sample(
+      target, draft, i, k, gamma=4, max_new_tokens=9, sampling=SamplingConfig(1.0)
+    ).tokens
+  )
   jaxpr = jax.make_jaxpr(fn)(jnp.ones((2, 1), jnp.int32), jax.random.key(0))
   text = str(jaxpr)
   assert text.count("while[") == 1
@@ -357,43 +435,48 @@ def test_the_decode_is_one_while_loop_with_one_target_call_per_iteration():
 def _good():
   vocab = 8
   table = jnp.zeros((vocab, vocab))
-  return dict(target=bigram_model(table), draft=bigram_model(table),
-              inputs=jnp.ones((2, 1), jnp.int32), rng=jax.random.key(0))
+  return dict(
+    target=bigram_model(table),
+    draft=bigram_model(table),
+    inputs=jnp.ones((2, 1), jnp.int32),
+    rng=jax.random.key(0),
+  )
 
 
 BAD_ARGUMENTS = [
-    (dict(gamma=0), ValueError, "gamma"),
-    (dict(gamma=2.0), TypeError, "gamma"),
-    (dict(gamma=True), TypeError, "gamma"),
-    (dict(max_new_tokens=0), ValueError, "max_new_tokens"),
-    (dict(max_new_tokens=None), TypeError, "max_new_tokens"),
-    (dict(sampling=SamplingConfig(1.0, top_k=9)), ValueError, "top_k"),
-    (dict(sampling="greedy"), TypeError, "sampling"),
-    (dict(draft=bigram_model(jnp.zeros((9, 9)))), ValueError, "vocab_size"),
-    (dict(draft="not a model"), TypeError, "draft"),
-    (dict(inputs=jnp.ones((3,), jnp.int32)), ValueError, "inputs"),
-    (dict(inputs=jnp.ones((2, 1), jnp.float32)), TypeError, "inputs"),
-    (dict(inputs=jnp.ones((0, 1), jnp.int32)), ValueError, "inputs"),
-    (dict(inputs=jnp.ones((2, 0), jnp.int32)), ValueError, "inputs"),
-    (dict(inputs=[[1]]), TypeError, "inputs"),
-    (dict(eos_id=8), ValueError, "eos_id"),
-    (dict(eos_id=-1), ValueError, "eos_id"),
-    (dict(eos_id=1.0), TypeError, "eos_id"),
-    (dict(target=bigram_model(jnp.zeros((8, 8)), max_length=8)), ValueError,
-     "max_length"),
-    (dict(rng=jnp.zeros((3,), jnp.uint32)), ValueError, "rng"),
-    (dict(rng=jax.random.split(jax.random.key(0), 3)), ValueError, "rng"),
+  (dict(gamma=0), ValueError, "gamma"),
+  (dict(gamma=2.0), TypeError, "gamma"),
+  (dict(gamma=True), TypeError, "gamma"),
+  (dict(max_new_tokens=0), ValueError, "max_new_tokens"),
+  (dict(max_new_tokens=None), TypeError, "max_new_tokens"),
+  (dict(sampling=SamplingConfig(1.0, top_k=9)), ValueError, "top_k"),
+  (dict(sampling="greedy"), TypeError, "sampling"),
+  (dict(draft=bigram_model(jnp.zeros((9, 9)))), ValueError, "vocab_size"),
+  (dict(draft="not a model"), TypeError, "draft"),
+  (dict(inputs=jnp.ones((3,), jnp.int32)), ValueError, "inputs"),
+  (dict(inputs=jnp.ones((2, 1), jnp.float32)), TypeError, "inputs"),
+  (dict(inputs=jnp.ones((0, 1), jnp.int32)), ValueError, "inputs"),
+  (dict(inputs=jnp.ones((2, 0), jnp.int32)), ValueError, "inputs"),
+  (dict(inputs=[[1]]), TypeError, "inputs"),
+  (dict(eos_id=8), ValueError, "eos_id"),
+  (dict(eos_id=-1), ValueError, "eos_id"),
+  (dict(eos_id=1.0), TypeError, "eos_id"),
+  (dict(target=bigram_model(jnp.zeros((8, 8)), max_length=8)), ValueError, "max_length"),
+  (dict(rng=jnp.zeros((3,), jnp.uint32)), ValueError, "rng"),
+  (dict(rng=jax.random.split(jax.random.key(0), 3)), ValueError, "rng"),
 ]
 
 
-@pytest.mark.parametrize("override,error,name", BAD_ARGUMENTS,
-                         ids=[f"{b[2]}-{i}" for i, b in enumerate(BAD_ARGUMENTS)])
+@pytest.mark.parametrize(
+  "override,error,name", BAD_ARGUMENTS, ids=[f"{b[2]}-{i}" for i, b in enumerate(BAD_ARGUMENTS)]
+)
 def test_bad_arguments_raise_errors_naming_them(override, error, name):
   args = dict(_good(), gamma=3, max_new_tokens=4, sampling=SamplingConfig(1.0), eos_id=1)
   args.update(override)
   with pytest.raises(error, match=name):
-    specdec.speculative_sample(args.pop("target"), args.pop("draft"), args.pop("inputs"),
-                               args.pop("rng"), **args)
+    specdec.speculative_sample(
+      args.pop("target"), args.pop("draft"), args.pop("inputs"), args.pop("rng"), **args
+    )
 
 
 def test_a_cache_too_short_for_inputs_new_tokens_and_gamma_is_refused():
@@ -403,8 +486,7 @@ def test_a_cache_too_short_for_inputs_new_tokens_and_gamma_is_refused():
   specdec.speculative_sample(ok, ok, inputs, jax.random.key(0), gamma=3, max_new_tokens=4)
   short = bigram_model(jnp.zeros((8, 8)), max_length=9)
   with pytest.raises(ValueError, match="max_length"):
-    specdec.speculative_sample(short, ok, inputs, jax.random.key(0), gamma=3,
-                               max_new_tokens=4)
+    specdec.speculative_sample(short, ok, inputs, jax.random.key(0), gamma=3, max_new_tokens=4)
 
 
 # ------------------------------------------- exact at the full vocabulary (V >= 32768)
@@ -440,9 +522,10 @@ def assert_tail_follows_the_law(tokens, false_alarm):
   mean = tail.size * (tail.size - 1) / 2 / (FULL_VOCAB - 1)
   excess_p = scipy_stats.poisson.sf(collisions - 1, mean)  # P(X >= collisions)
   assert excess_p > false_alarm, (
-      f"{collisions} colliding pairs among {tail.size} tail draws, {mean:.1f} expected "
-      f"under the target's law (P = {excess_p:.1e}): the tail is drawn from a coarser "
-      "law than p")
+    f"{collisions} colliding pairs among {tail.size} tail draws, {mean:.1f} expected "
+    f"under the target's law (P = {excess_p:.1e}): the tail is drawn from a coarser "
+    "law than p"
+  )
   return tail.size, collisions, mean
 
 
@@ -454,8 +537,9 @@ def test_baseline_draws_tokens_far_below_2_to_the_minus_23_with_their_probabilit
   uniform inverted through the CDF) ~64 collisions are expected: P(pass) < 1e-9.
   """
   model = _tail_model()
-  out = specdec.autoregressive_sample(model, jnp.zeros((1024, 1), jnp.int32),
-                                      jax.random.key(20), max_new_tokens=1024)
+  out = specdec.autoregressive_sample(
+    model, jnp.zeros((1024, 1), jnp.int32), jax.random.key(20), max_new_tokens=1024
+  )
   assert_tail_follows_the_law(out.tokens, false_alarm=1e-4)
 
 
@@ -467,8 +551,9 @@ def test_speculative_draws_tokens_far_below_2_to_the_minus_23_with_their_probabi
   per check. Under a 2^-23-quantized law ~64 are expected.
   """
   model = _tail_model()
-  out = specdec.speculative_sample(model, model, jnp.zeros((256, 1), jnp.int32),
-                                   jax.random.key(21), gamma=7, max_new_tokens=4096)
+  out = specdec.speculative_sample(
+    model, model, jnp.zeros((256, 1), jnp.int32), jax.random.key(21), gamma=7, max_new_tokens=4096
+  )
   assert int(out.stats.accepted.sum()) == int(out.stats.drafted.sum())  # all accepted
   assert_tail_follows_the_law(out.tokens, false_alarm=1e-4)
 
@@ -477,16 +562,18 @@ def test_speculative_draws_tokens_far_below_2_to_the_minus_23_with_their_probabi
 def test_zero_probability_tokens_are_never_drawn_at_full_vocabulary():
   # Zero-probability tokens interleaved with tiny and large ones, in every block.
   rng = np.random.default_rng(3)
-  logits = np.where(rng.random(FULL_VOCAB) < 0.5, -np.inf,
-                    rng.standard_normal(FULL_VOCAB) * 8).astype(np.float32)
+  logits = np.where(
+    rng.random(FULL_VOCAB) < 0.5, -np.inf, rng.standard_normal(FULL_VOCAB) * 8
+  ).astype(np.float32)
   model = ConstantLM(logits=jnp.asarray(logits), vocab_size=FULL_VOCAB)
   inputs = jnp.zeros((64, 1), jnp.int32)
-  base = specdec.autoregressive_sample(model, inputs, jax.random.key(0),
-                                       max_new_tokens=64)
-  draft = ConstantLM(logits=jnp.asarray(rng.standard_normal(FULL_VOCAB), jnp.float32),
-                     vocab_size=FULL_VOCAB)
-  spec = specdec.speculative_sample(model, draft, inputs, jax.random.key(1), gamma=3,
-                                    max_new_tokens=64)
+  base = specdec.autoregressive_sample(model, inputs, jax.random.key(0), max_new_tokens=64)
+  draft = ConstantLM(
+    logits=jnp.asarray(rng.standard_normal(FULL_VOCAB), jnp.float32), vocab_size=FULL_VOCAB
+  )
+  spec = specdec.speculative_sample(
+    model, draft, inputs, jax.random.key(1), gamma=3, max_new_tokens=64
+  )
   for out in (base, spec):
     assert np.isfinite(logits[np.asarray(out.tokens)]).all()
 
@@ -497,12 +584,12 @@ def test_zero_probability_tokens_are_never_drawn_at_full_vocabulary():
 def test_token_ids_outside_the_vocabulary_raise_naming_inputs():
   vocab = 64
   model = bigram_model(jnp.zeros((vocab, vocab)))
-  for bad, asarray in itertools.product(([[5, 7, 100, 0]], [[5, -1, 3, 0]]),
-                                        (jnp.asarray, np.asarray)):
+  for bad, asarray in itertools.product(
+    ([[5, 7, 100, 0]], [[5, -1, 3, 0]]), (jnp.asarray, np.asarray)
+  ):
     inputs = asarray(bad, np.int32)  # device arrays and host (numpy) arrays alike
     with pytest.raises(ValueError, match=r"inputs .*ids in \[-?\d+, \d+\]"):
-      specdec.speculative_sample(model, model, inputs, jax.random.key(0), gamma=2,
-                                 max_new_tokens=4)
+      specdec.speculative_sample(model, model, inputs, jax.random.key(0), gamma=2, max_new_tokens=4)
     with pytest.raises(ValueError, match="inputs"):
       specdec.autoregressive_sample(model, inputs, jax.random.key(0), max_new_tokens=4)
 
@@ -521,10 +608,12 @@ def test_nonfinite_logits_are_counted_per_row():
   draft = bigram_model(jnp.zeros((vocab, vocab)).at[:, 6].set(-jnp.inf))
   inputs = jnp.asarray([[1], [6], [2]], jnp.int32)
   for sampling in (SamplingConfig(1.0), GREEDY):
-    base = specdec.autoregressive_sample(target, inputs, jax.random.key(0),
-                                         max_new_tokens=5, sampling=sampling)
-    spec = specdec.speculative_sample(target, draft, inputs, jax.random.key(0),
-                                      gamma=2, max_new_tokens=5, sampling=sampling)
+    base = specdec.autoregressive_sample(
+      target, inputs, jax.random.key(0), max_new_tokens=5, sampling=sampling
+    )
+    spec = specdec.speculative_sample(
+      target, draft, inputs, jax.random.key(0), gamma=2, max_new_tokens=5, sampling=sampling
+    )
     assert np.asarray(base.stats.nonfinite).tolist() == [0, 1, 0]
     bad = np.asarray(spec.stats.nonfinite)
     assert bad[0] == 0 and bad[2] == 0 and bad[1] >= 1
@@ -536,19 +625,25 @@ def test_numpy_scalars_and_equivalent_configs_share_one_compiled_decode():
   target = context_model(jax.random.key(0), vocab)
   draft = context_model(jax.random.key(1), vocab)
   inputs = jnp.ones((2, 3), jnp.int32)
-  configs = [SamplingConfig(0.75, top_k=None, top_p=None),
-             SamplingConfig(np.float32(0.75), top_k=np.int64(vocab), top_p=1.0),
-             SamplingConfig(0.75, top_k=vocab, top_p=np.float64(1.0))]
+  configs = [
+    SamplingConfig(0.75, top_k=None, top_p=None),
+    SamplingConfig(np.float32(0.75), top_k=np.int64(vocab), top_p=1.0),
+    SamplingConfig(0.75, top_k=vocab, top_p=np.float64(1.0)),
+  ]
   assert SamplingConfig(np.float32(0.5), np.int64(4), np.float32(0.9)) == SamplingConfig(
-      float(np.float32(0.5)), 4, float(np.float32(0.9)))
+    float(np.float32(0.5)), 4, float(np.float32(0.9))
+  )
   outs = []
-  specdec.speculative_sample(target, draft, inputs, jax.random.key(0), gamma=2,
-                             max_new_tokens=4, sampling=configs[0])
+  specdec.speculative_sample(
+    target, draft, inputs, jax.random.key(0), gamma=2, max_new_tokens=4, sampling=configs[0]
+  )
   before = sample_lib._speculative_jit._cache_size()
   for cfg in configs:
-    outs.append(specdec.speculative_sample(target, draft, inputs, jax.random.key(0),
-                                           gamma=np.int64(2), max_new_tokens=4,
-                                           sampling=cfg).tokens)
+    outs.append(
+      specdec.speculative_sample(
+        target, draft, inputs, jax.random.key(0), gamma=np.int64(2), max_new_tokens=4, sampling=cfg
+      ).tokens
+    )
   assert sample_lib._speculative_jit._cache_size() == before
   for tokens in outs:
     np.testing.assert_array_equal(tokens, outs[0])
@@ -575,29 +670,40 @@ def test_log_probs_are_the_targets_sampling_log_probabilities_of_the_output():
   draft = context_model(jax.random.key(1), vocab)
   inputs = jax.random.randint(jax.random.key(2), (3, 2), 0, vocab)
   sampling = SamplingConfig(0.8, top_k=6)
-  out = specdec.speculative_sample(target, draft, inputs, jax.random.key(3), gamma=3,
-                                   max_new_tokens=7, sampling=sampling, eos_id=4)
+  out = specdec.speculative_sample(
+    target, draft, inputs, jax.random.key(3), gamma=3, max_new_tokens=7, sampling=sampling, eos_id=4
+  )
   full = jnp.concatenate([inputs, out.tokens], axis=1)
   probs = probabilities(running_mean_logits(full, target.params), sampling)
-  expected = np.log(np.maximum(np.take_along_axis(
-      np.asarray(probs[:, 1:-1]), np.asarray(out.tokens)[..., None], -1)[..., 0], 1e-30))
+  expected = np.log(
+    np.maximum(
+      np.take_along_axis(np.asarray(probs[:, 1:-1]), np.asarray(out.tokens)[..., None], -1)[..., 0],
+      1e-30,
+    )
+  )
   valid = np.arange(7)[None] < np.asarray(out.lengths)[:, None]
-  np.testing.assert_allclose(np.where(valid, np.asarray(out.log_probs), 0),
-                             np.where(valid, expected, 0), atol=1e-5)
+  np.testing.assert_allclose(
+    np.where(valid, np.asarray(out.log_probs), 0), np.where(valid, expected, 0), atol=1e-5
+  )
   np.testing.assert_allclose(out.scores, np.asarray(out.log_probs).sum(-1), rtol=1e-6)
-  greedy = specdec.speculative_sample(target, draft, inputs, jax.random.key(3), gamma=3,
-                                      max_new_tokens=7, sampling=GREEDY)
+  greedy = specdec.speculative_sample(
+    target, draft, inputs, jax.random.key(3), gamma=3, max_new_tokens=7, sampling=GREEDY
+  )
   assert not np.asarray(greedy.log_probs).any()
 
 
 def _program_loops(hlo_text):
   """The compiled program's while loops but the PRNG's: XLA:CPU alone rolls the
   threefry hash's rounds into small loops (JAX unrolls them for GPU and TPU)."""
-  loops = [re.search(r'op_name="([^"]*)"', line) for line in hlo_text.splitlines()
-           if re.search(r"\bwhile\(", line)]
+  loops = [
+    re.search(r'op_name="([^"]*)"', line)
+    for line in hlo_text.splitlines()
+    if re.search(r"\bwhile\(", line)
+  ]
   prng = ("threefry", "_gumbel", "random_bits")
-  return [m.group(1) if m else "?" for m in loops
-          if not (m and any(name in m.group(1) for name in prng))]
+  return [
+    m.group(1) if m else "?" for m in loops if not (m and any(name in m.group(1) for name in prng))
+  ]
 
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
@@ -608,16 +714,17 @@ def test_the_compiled_decode_has_no_loops_but_the_decode_loop_and_the_draft_scan
   model = ConstantLM(logits=jnp.zeros((vocab,), jnp.float32), vocab_size=vocab)
   inputs = jnp.zeros((2, 1), jnp.int32)
   for sampling in (SamplingConfig(0.9, top_k=40, top_p=0.9), GREEDY):
-    spec = functools.partial(sample_lib._speculative_jit, gamma=3, max_new_tokens=8,
-                             sampling=sampling, eos_id=None)
-    base = functools.partial(sample_lib._autoregressive_jit, max_new_tokens=8,
-                             sampling=sampling, eos_id=None)
+    spec = functools.partial(
+      sample_lib._speculative_jit, gamma=3, max_new_tokens=8, sampling=sampling, eos_id=None
+    )
+    base = functools.partial(
+      sample_lib._autoregressive_jit, max_new_tokens=8, sampling=sampling, eos_id=None
+    )
     spec_jaxpr = str(jax.make_jaxpr(spec)(model, model, inputs, jax.random.key(0)))
     base_jaxpr = str(jax.make_jaxpr(base)(model, inputs, jax.random.key(0)))
     assert (spec_jaxpr.count("while["), spec_jaxpr.count("scan[")) == (1, 1), sampling
     assert (base_jaxpr.count("while["), base_jaxpr.count("scan[")) == (1, 0), sampling
-    spec_hlo = jax.jit(spec).lower(model, model, inputs,
-                                   jax.random.key(0)).compile().as_text()
+    spec_hlo = jax.jit(spec).lower(model, model, inputs, jax.random.key(0)).compile().as_text()
     base_hlo = jax.jit(base).lower(model, inputs, jax.random.key(0)).compile().as_text()
     assert len(_program_loops(spec_hlo)) == 2, (sampling, _program_loops(spec_hlo))
     assert len(_program_loops(base_hlo)) == 1, (sampling, _program_loops(base_hlo))

@@ -10,12 +10,12 @@ from specdec import theory
 
 # Table 1 (c = c_hat = 0): (alpha, gamma) -> (operations factor, speed factor).
 TABLE_1 = [
-    (0.6, 2, 1.53, 1.96),
-    (0.7, 3, 1.58, 2.53),
-    (0.8, 2, 1.23, 2.44),
-    (0.8, 5, 1.63, 3.69),
-    (0.9, 2, 1.11, 2.71),
-    (0.9, 10, 1.60, 6.86),
+  (0.6, 2, 1.53, 1.96),
+  (0.7, 3, 1.58, 2.53),
+  (0.8, 2, 1.23, 2.44),
+  (0.8, 5, 1.63, 3.69),
+  (0.9, 2, 1.11, 2.71),
+  (0.9, 10, 1.60, 6.86),
 ]
 
 # Table 2's (task, draft, temperature, gamma, alpha), and the expected walltime
@@ -23,18 +23,18 @@ TABLE_1 = [
 # printed to one decimal; the paper's alphas are rounded, hence the 0.1 tolerance.
 C = {"small": 0.02, "base": 0.04, "large": 0.11}
 TABLE_4_EXPECTED = [
-    ("ende", "small", 0, 7, 0.75, 3.2),
-    ("ende", "base", 0, 7, 0.80, 3.3),
-    ("ende", "large", 0, 7, 0.82, 2.5),
-    ("ende", "small", 1, 7, 0.62, 2.3),
-    ("ende", "base", 1, 5, 0.68, 2.3),
-    ("ende", "large", 1, 3, 0.71, 1.9),
-    ("cnndm", "small", 0, 5, 0.65, 2.4),
-    ("cnndm", "base", 0, 5, 0.73, 2.6),
-    ("cnndm", "large", 0, 3, 0.74, 2.0),
-    ("cnndm", "small", 1, 5, 0.53, 1.9),
-    ("cnndm", "base", 1, 3, 0.55, 1.8),
-    ("cnndm", "large", 1, 3, 0.56, 1.5),
+  ("ende", "small", 0, 7, 0.75, 3.2),
+  ("ende", "base", 0, 7, 0.80, 3.3),
+  ("ende", "large", 0, 7, 0.82, 2.5),
+  ("ende", "small", 1, 7, 0.62, 2.3),
+  ("ende", "base", 1, 5, 0.68, 2.3),
+  ("ende", "large", 1, 3, 0.71, 1.9),
+  ("cnndm", "small", 0, 5, 0.65, 2.4),
+  ("cnndm", "base", 0, 5, 0.73, 2.6),
+  ("cnndm", "large", 0, 3, 0.74, 2.0),
+  ("cnndm", "small", 1, 5, 0.53, 1.9),
+  ("cnndm", "base", 1, 3, 0.55, 1.8),
+  ("cnndm", "large", 1, 3, 0.56, 1.5),
 ]
 
 
@@ -52,7 +52,7 @@ def test_table_4_expected_column_is_reproduced(task, draft, temp, gamma, alpha, 
 def test_equation_1_matches_the_geometric_sum():
   for alpha in (0.0, 0.3, 0.75, 0.999999):
     for gamma in (0, 1, 4, 9):
-      direct = sum(alpha ** i for i in range(gamma + 1))
+      direct = sum(alpha**i for i in range(gamma + 1))
       np.testing.assert_allclose(theory.expected_tokens(alpha, gamma), direct, rtol=1e-9)
 
 
@@ -75,8 +75,9 @@ def test_functions_broadcast_over_arrays():
 
 
 def test_refined_model_divides_by_the_verification_cost():
-  np.testing.assert_allclose(theory.walltime_improvement(0.8, 4, 0.1, v=2.0),
-                             theory.expected_tokens(0.8, 4) / (0.4 + 2.0))
+  np.testing.assert_allclose(
+    theory.walltime_improvement(0.8, 4, 0.1, v=2.0), theory.expected_tokens(0.8, 4) / (0.4 + 2.0)
+  )
 
 
 def test_optimal_gamma_maximises_the_improvement():
@@ -97,7 +98,9 @@ def test_acceptance_is_sum_of_min():
     theory.acceptance(p, q[:2])
 
 
-@pytest.mark.parametrize("call,name", [
+@pytest.mark.parametrize(
+  "call,name",
+  [
     (lambda: theory.expected_tokens(1.5, 3), "alpha"),
     (lambda: theory.expected_tokens(0.5, -1), "gamma"),
     (lambda: theory.expected_tokens(0.5, 2.5), "gamma"),
@@ -105,7 +108,8 @@ def test_acceptance_is_sum_of_min():
     (lambda: theory.walltime_improvement(0.5, 2, 0.1, v=0), "v"),
     (lambda: theory.arithmetic_ops_factor(0.5, 2, float("nan")), "c_hat"),
     (lambda: theory.optimal_gamma(0.5, 0.1, max_gamma=0), "max_gamma"),
-])
+  ],
+)
 def test_bad_arguments_raise_errors_naming_them(call, name):
   with pytest.raises(ValueError, match=name):
     call()
@@ -116,8 +120,9 @@ def test_bad_arguments_raise_errors_naming_them(call, name):
 
 def _random_pairs(seed, count=6, vocab=7):
   rng = np.random.default_rng(seed)
-  return [(rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab) * 0.3))
-          for _ in range(count)]
+  return [
+    (rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab) * 0.3)) for _ in range(count)
+  ]
 
 
 def test_lenient_acceptance_is_sum_of_min_of_p_over_l_and_q():
@@ -136,8 +141,7 @@ def test_lenience_one_is_bit_for_bit_the_exact_acceptance():
     assert theory.acceptance(p, q, lenience=1.0) == theory.acceptance(p, q)
     assert theory.acceptance(p, q, lenience=1) == theory.acceptance(p, q)
     pj, qj = jnp.asarray(p, jnp.float32), jnp.asarray(q, jnp.float32)
-    assert float(theory.acceptance(pj, qj, lenience=1.0)) == float(
-        theory.acceptance(pj, qj))
+    assert float(theory.acceptance(pj, qj, lenience=1.0)) == float(theory.acceptance(pj, qj))
 
 
 def test_lenient_acceptance_rises_to_one_as_lenience_falls():
@@ -158,11 +162,14 @@ def test_lenient_acceptance_works_along_an_axis_and_on_jax_arrays():
   q = np.stack([b for _, b in pairs])
   rows = [theory.acceptance(a, b, lenience=0.4) for a, b in pairs]
   np.testing.assert_allclose(theory.acceptance(p, q, lenience=0.4), rows, rtol=1e-12)
-  np.testing.assert_allclose(theory.acceptance(p.T, q.T, axis=0, lenience=0.4), rows,
-                             rtol=1e-12)
+  np.testing.assert_allclose(theory.acceptance(p.T, q.T, axis=0, lenience=0.4), rows, rtol=1e-12)
   np.testing.assert_allclose(
-      theory.acceptance(jnp.asarray(p, jnp.float32), jnp.asarray(q, jnp.float32),
-                        lenience=np.float32(0.4)), rows, rtol=1e-5)
+    theory.acceptance(
+      jnp.asarray(p, jnp.float32), jnp.asarray(q, jnp.float32), lenience=np.float32(0.4)
+    ),
+    rows,
+    rtol=1e-5,
+  )
 
 
 def test_expected_tokens_with_lenient_alpha_is_equation_1():
@@ -173,13 +180,13 @@ def test_expected_tokens_with_lenient_alpha_is_equation_1():
     alpha_l = float(theory.acceptance(p, q, lenience=ell))
     for gamma in (1, 4, 8):
       k = np.arange(1, gamma + 2)
-      pk = np.append(alpha_l ** (k[:-1] - 1) * (1 - alpha_l), alpha_l ** gamma)
-      np.testing.assert_allclose(theory.expected_tokens(alpha_l, gamma), pk @ k,
-                                 rtol=1e-12)
+      pk = np.append(alpha_l ** (k[:-1] - 1) * (1 - alpha_l), alpha_l**gamma)
+      np.testing.assert_allclose(theory.expected_tokens(alpha_l, gamma), pk @ k, rtol=1e-12)
 
 
-@pytest.mark.parametrize("lenience", [0, 0.0, -0.5, 1.5, float("nan"), float("inf"),
-                                      True, np.bool_(True), "0.5", None])
+@pytest.mark.parametrize(
+  "lenience", [0, 0.0, -0.5, 1.5, float("nan"), float("inf"), True, np.bool_(True), "0.5", None]
+)
 def test_bad_lenience_raises_naming_it(lenience):
   p, q = _random_pairs(5, count=1)[0]
   with pytest.raises(ValueError, match="lenience"):

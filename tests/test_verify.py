@@ -1,6 +1,7 @@
 """specdec.verify: steps 3 and 4 of Algorithm 1, accept then correct, one row at a time
 and as a batch, with the named results the decode loop reads."""
 
+from helpers import GREEDY, normalize
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,13 +10,10 @@ import pytest
 from specdec import verify
 from specdec.distributions import SamplingConfig, probabilities
 
-from helpers import GREEDY, normalize
-
 
 def random_distributions(rng, shape, concentration=0.5):
   """float32 distributions over the last axis of `shape`."""
-  return jnp.asarray(rng.dirichlet(np.full(shape[-1], concentration), shape[:-1]),
-                     jnp.float32)
+  return jnp.asarray(rng.dirichlet(np.full(shape[-1], concentration), shape[:-1]), jnp.float32)
 
 
 def test_a_draft_is_accepted_exactly_when_r_is_below_p_over_q():
@@ -39,8 +37,14 @@ def test_a_draft_the_draft_gives_no_mass_is_accepted_iff_the_target_gives_it_mas
 
 
 def test_n_is_the_length_of_the_leading_run_of_acceptances():
-  accepted = jnp.asarray([[True, True, False, True], [False, True, True, True],
-                          [True, True, True, True], [False, False, False, False]])
+  accepted = jnp.asarray(
+    [
+      [True, True, False, True],
+      [False, True, True, True],
+      [True, True, True, True],
+      [False, False, False, False],
+    ]
+  )
   assert verify.num_accepted(accepted).tolist() == [2, 0, 4, 0]
 
 
@@ -80,8 +84,9 @@ def one_hot_case(seed, batch=5, gamma=3, vocab=6):
   """Random draft tokens and target argmaxes that agree about half the time."""
   rng = np.random.default_rng(seed)
   y = rng.integers(0, vocab, (batch, gamma + 1)).astype(np.int32)
-  x = np.where(rng.uniform(size=(batch, gamma)) < 0.6, y[:, :gamma],
-               (y[:, :gamma] + 1) % vocab).astype(np.int32)
+  x = np.where(
+    rng.uniform(size=(batch, gamma)) < 0.6, y[:, :gamma], (y[:, :gamma] + 1) % vocab
+  ).astype(np.int32)
   return jnp.asarray(y), jnp.asarray(x), vocab
 
 
@@ -132,8 +137,7 @@ def test_verify_names_its_results_in_every_form():
   lenient = verify.verify(logits, x, None, None, keys, GREEDY, lenience=0.5)
   assert isinstance(lenient, verify.Verdict) and lenient.p is None
   sampling = SamplingConfig(1.0)
-  q = probabilities(jnp.asarray(rng.standard_normal((batch, gamma, vocab)),
-                                jnp.float32), sampling)
+  q = probabilities(jnp.asarray(rng.standard_normal((batch, gamma, vocab)), jnp.float32), sampling)
   r = jax.random.uniform(jax.random.key(2), (batch, gamma + 2))  # [B, G], G > gamma
   sampled = verify.verify(logits, x, q, r, keys, sampling)
   assert isinstance(sampled, verify.Verdict)
@@ -143,7 +147,7 @@ def test_verify_names_its_results_in_every_form():
     assert verdict.beta.shape == (batch, gamma)
     assert verdict.bad.shape == (batch, gamma + 1)
     assert np.asarray(verdict.bad).tolist() == [[0] * 4, [0, 0, 1, 0]]
-    assert ((0 <= np.asarray(verdict.n)) & (np.asarray(verdict.n) <= gamma)).all()
+    assert ((np.asarray(verdict.n) >= 0) & (np.asarray(verdict.n) <= gamma)).all()
   # The sampled form is `speculative_step` on the first gamma uniforms.
   step = verify.speculative_step(sampled.p, q, x, r[:, :gamma], keys)
   assert isinstance(step, verify.Step)

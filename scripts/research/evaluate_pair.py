@@ -43,9 +43,9 @@ import pair_card
 FLAGS = flags.FLAGS
 
 DATASETS = {
-    # name: (input length, max new tokens)
-    "multi30k_test_2016": (48, 48),
-    "newstest2014": (128, 128),
+  # name: (input length, max new tokens)
+  "multi30k_test_2016": (48, 48),
+  "newstest2014": (128, 128),
 }
 GREEDY = SamplingConfig(temperature=0.0)
 RUN = 4  # A word repeated this many times in a row counts as degenerate.
@@ -53,8 +53,11 @@ RUN = 4  # A word repeated this many times in a row counts as degenerate.
 
 def define_flags() -> None:
   flags.DEFINE_string("pair", "multi30k_ende", "A shipped T5 pair.")
-  flags.DEFINE_string("multi30k_dir", "../shared/data/multi30k",
-                      "Multi30k raw files (train.de for the n-gram drafts).")
+  flags.DEFINE_string(
+    "multi30k_dir",
+    "../shared/data/multi30k",
+    "Multi30k raw files (train.de for the n-gram drafts).",
+  )
   flags.DEFINE_string("out_dir", "out/evaluate_pair", "Translations and sweep outputs.")
   flags.DEFINE_list("gammas", [str(g) for g in range(1, 9)], "Sweep gammas.")
   flags.DEFINE_integer("sweep_sentences", 16, "Sentences per sweep setting.")
@@ -63,23 +66,29 @@ def define_flags() -> None:
   flags.DEFINE_integer("alpha_sentences", 512, "Sentences for alpha.")
   flags.DEFINE_integer("repeats", 3, "Timed rounds per sweep decode (min).")
   flags.DEFINE_bool("sweep", True, "Run the timed batch-1 gamma sweep.")
-  flags.DEFINE_string("expected_json", "tests/data/multi30k_ende_expected.json",
-                      "Where to record the target's greedy translations of the first "
-                      "test_2016 sentences, which the tests compare against ('' for "
-                      "none).")
+  flags.DEFINE_string(
+    "expected_json",
+    "tests/data/multi30k_ende_expected.json",
+    "Where to record the target's greedy translations of the first "
+    "test_2016 sentences, which the tests compare against ('' for "
+    "none).",
+  )
 
 
 def write_expected(path: str, target, vocab, sentences: list[str]) -> None:
   """The target's greedy translations of `sentences`, decoded as the tests decode
   them (one batch, inputs padded to 48, 48 new tokens), into `path`."""
   inputs = jnp.asarray(encode_sources(vocab, sentences, 48))
-  out = autoregressive_sample(target, inputs, jax.random.key(0), max_new_tokens=48,
-                              sampling=GREEDY, eos_id=data.EOS_ID)
-  record = dict(note="Greedy translations of the shipped multi30k_ende target "
-                     "(max_new_tokens 48, input length 48), recorded when the pair was "
-                     "shipped (scripts/research/evaluate_pair.py).",
-                sources=list(sentences),
-                translations=[vocab.decode(r.tolist()) for r in np.asarray(out.tokens)])
+  out = autoregressive_sample(
+    target, inputs, jax.random.key(0), max_new_tokens=48, sampling=GREEDY, eos_id=data.EOS_ID
+  )
+  record = dict(
+    note="Greedy translations of the shipped multi30k_ende target "
+    "(max_new_tokens 48, input length 48), recorded when the pair was "
+    "shipped (scripts/research/evaluate_pair.py).",
+    sources=list(sentences),
+    translations=[vocab.decode(r.tolist()) for r in np.asarray(out.tokens)],
+  )
   with open(path, "w", encoding="utf-8") as f:
     json.dump(record, f, indent=2, ensure_ascii=False)
     f.write("\n")
@@ -93,13 +102,13 @@ def load_dataset(pair: str, name: str, limit: int = 0) -> list[tuple[str, str]]:
   return pairs[:limit] if limit else pairs
 
 
-def greedy_translations(target, vocab, inputs, max_new, batch
-                        ) -> tuple[list[str], list[bool]]:
+def greedy_translations(target, vocab, inputs, max_new, batch) -> tuple[list[str], list[bool]]:
   """The target's greedy outputs, and whether each ran to `max_new` without EOS."""
   texts, hit_limit = [], []
   for x, size in batched(inputs, batch):
-    result = autoregressive_sample(target, x, jax.random.key(0), max_new_tokens=max_new,
-                                   sampling=GREEDY, eos_id=data.EOS_ID)
+    result = autoregressive_sample(
+      target, x, jax.random.key(0), max_new_tokens=max_new, sampling=GREEDY, eos_id=data.EOS_ID
+    )
     tokens, lengths = np.asarray(result.tokens)[:size], np.asarray(result.lengths)[:size]
     for row, n in zip(tokens, lengths):
       texts.append(vocab.decode(row[:n].tolist()))
@@ -110,20 +119,29 @@ def greedy_translations(target, vocab, inputs, max_new, batch
 def quality(hyps: list[str], refs: list[str], hit_limit: list[bool]) -> dict:
   """BLEU and the degeneration rates of one test set's greedy outputs."""
   import sacrebleu  # Evaluation-time only.
+
   runs = [metrics_lib.longest_word_run(h) for h in hyps]
-  return dict(bleu=float(sacrebleu.corpus_bleu(hyps, [refs]).score),
-              length_limit_rate=float(np.mean(hit_limit)),
-              repeat_rate=float(np.mean([r >= RUN for r in runs])),
-              sentences=len(hyps))
+  return dict(
+    bleu=float(sacrebleu.corpus_bleu(hyps, [refs]).score),
+    length_limit_rate=float(np.mean(hit_limit)),
+    repeat_rate=float(np.mean([r >= RUN for r in runs])),
+    sentences=len(hyps),
+  )
 
 
 def pooled_alpha(target, draft, inputs, max_new, batch, temperature, gamma=4) -> float:
   beta_sum, beta_count = 0.0, 0
   for i, (x, size) in enumerate(batched(inputs, batch)):
-    out = speculative_sample(target, draft, x, jax.random.key(i), gamma=gamma,
-                             max_new_tokens=max_new,
-                             sampling=SamplingConfig(temperature=temperature),
-                             eos_id=data.EOS_ID)
+    out = speculative_sample(
+      target,
+      draft,
+      x,
+      jax.random.key(i),
+      gamma=gamma,
+      max_new_tokens=max_new,
+      sampling=SamplingConfig(temperature=temperature),
+      eos_id=data.EOS_ID,
+    )
     beta_sum += float(np.sum(out.stats.beta_sum[:size]))
     beta_count += int(np.sum(out.stats.beta_count[:size]))
   return beta_sum / max(beta_count, 1)
@@ -132,14 +150,17 @@ def pooled_alpha(target, draft, inputs, max_new, batch, temperature, gamma=4) ->
 def ngram_drafts(vocab, multi30k_dir: str, vocab_size: int):
   german = data.read_lines(os.path.join(multi30k_dir, "train.de"))
   corpus = [vocab.encode(s) + [data.EOS_ID] for s in german]
-  return dict(unigram=ngram.Unigram.from_corpus(corpus, vocab_size),
-              bigram=ngram.Bigram.from_corpus(corpus, vocab_size))
+  return dict(
+    unigram=ngram.Unigram.from_corpus(corpus, vocab_size),
+    bigram=ngram.Bigram.from_corpus(corpus, vocab_size),
+  )
 
 
 def sweep(target, drafts, vocab, sentences, input_len, max_new, gammas, repeats):
   """The batch-1 gamma sweep; `drafts` maps each temperature to (name, draft)."""
-  inputs = [jnp.asarray(x)[None]
-            for x in encode_sources(vocab, [s for s, _ in sentences], input_len)]
+  inputs = [
+    jnp.asarray(x)[None] for x in encode_sources(vocab, [s for s, _ in sentences], input_len)
+  ]
   rows = []
   key = jax.random.key(1)
   for temperature, (draft_name, draft) in drafts.items():
@@ -147,54 +168,71 @@ def sweep(target, drafts, vocab, sentences, input_len, max_new, gammas, repeats)
     baseline = autoregressive_decoder(target, max_new, sampling, data.EOS_ID)
     for gamma in gammas:
       costs = step_costs(target, draft, inputs[0], gamma, max_new + gamma + 1)
-      timed = time_decodes_paired(dict(
+      timed = time_decodes_paired(
+        dict(
           baseline=baseline,
-          speculative=speculative_decoder(target, draft, gamma, max_new,
-                                          sampling, data.EOS_ID)),
-          inputs, key, repeats)
+          speculative=speculative_decoder(target, draft, gamma, max_new, sampling, data.EOS_ID),
+        ),
+        inputs,
+        key,
+        repeats,
+      )
       (base_s, base_out), (spec_s, spec_out) = timed["baseline"], timed["speculative"]
       stats = jax.tree.map(lambda *xs: np.concatenate(xs), *[o.stats for o in spec_out])
       alpha = alpha_lib.pooled_alpha(stats)
       predicted = float(theory.walltime_improvement(alpha, gamma, costs["c"], costs["v"]))
-      row = dict(temperature=temperature, draft=draft_name, gamma=gamma, alpha=alpha,
-                 tokens_per_iteration=alpha_lib.pooled_tokens_per_iteration(stats),
-                 eq1=float(theory.expected_tokens(alpha, gamma)), c=costs["c"],
-                 v=costs["v"], baseline_ms_per_token=base_s * 1e3,
-                 speculative_ms_per_token=spec_s * 1e3, speedup=base_s / spec_s,
-                 predicted_speedup=predicted,
-                 predicted_speedup_paper=float(theory.walltime_improvement(
-                     alpha, gamma, costs["c"])),
-                 measured_over_predicted=(base_s / spec_s) / predicted)
+      row = dict(
+        temperature=temperature,
+        draft=draft_name,
+        gamma=gamma,
+        alpha=alpha,
+        tokens_per_iteration=alpha_lib.pooled_tokens_per_iteration(stats),
+        eq1=float(theory.expected_tokens(alpha, gamma)),
+        c=costs["c"],
+        v=costs["v"],
+        baseline_ms_per_token=base_s * 1e3,
+        speculative_ms_per_token=spec_s * 1e3,
+        speedup=base_s / spec_s,
+        predicted_speedup=predicted,
+        predicted_speedup_paper=float(theory.walltime_improvement(alpha, gamma, costs["c"])),
+        measured_over_predicted=(base_s / spec_s) / predicted,
+      )
       if temperature == 0.0:
         row["identical_to_baseline"] = all(
-            bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out))
+          bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out)
+        )
       rows.append(row)
-      logging.warning("%s", {k: (round(v, 3) if isinstance(v, float) else v)
-                             for k, v in row.items()})
+      logging.warning(
+        "%s", {k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}
+      )
   return rows
 
 
 def best_rows(rows: list[dict]) -> list[dict]:
   """Per temperature, the sweep row of the highest measured speed-up."""
   temps = sorted({r["temperature"] for r in rows})
-  return [max((r for r in rows if r["temperature"] == t), key=lambda r: r["speedup"])
-          for t in temps]
+  return [
+    max((r for r in rows if r["temperature"] == t), key=lambda r: r["speedup"]) for t in temps
+  ]
 
 
 def markdown_sweep(results: dict) -> str:
   lines = []
   for name, rows in results.items():
-    lines += [f"\n### {name}\n",
-              "| temp | draft | gamma | alpha | tok/iter | Eq. 1 | c | v | base ms/tok | "
-              "spec ms/tok | speed-up | predicted | meas/pred |",
-              "|" + "---|" * 13]
+    lines += [
+      f"\n### {name}\n",
+      "| temp | draft | gamma | alpha | tok/iter | Eq. 1 | c | v | base ms/tok | "
+      "spec ms/tok | speed-up | predicted | meas/pred |",
+      "|" + "---|" * 13,
+    ]
     for r in rows:
       lines.append(
-          f"| {r['temperature']:g} | {r['draft']} | {r['gamma']} | {r['alpha']:.3f} | "
-          f"{r['tokens_per_iteration']:.2f} | {r['eq1']:.2f} | {r['c']:.3f} | "
-          f"{r['v']:.2f} | {r['baseline_ms_per_token']:.2f} | "
-          f"{r['speculative_ms_per_token']:.2f} | {r['speedup']:.2f}x | "
-          f"{r['predicted_speedup']:.2f}x | {r['measured_over_predicted']:.2f} |")
+        f"| {r['temperature']:g} | {r['draft']} | {r['gamma']} | {r['alpha']:.3f} | "
+        f"{r['tokens_per_iteration']:.2f} | {r['eq1']:.2f} | {r['c']:.3f} | "
+        f"{r['v']:.2f} | {r['baseline_ms_per_token']:.2f} | "
+        f"{r['speculative_ms_per_token']:.2f} | {r['speedup']:.2f}x | "
+        f"{r['predicted_speedup']:.2f}x | {r['measured_over_predicted']:.2f} |"
+      )
   return "\n".join(lines)
 
 
@@ -209,33 +247,45 @@ def main(argv):
   metrics = dict(bleu={}, quality={}, alpha={k: {} for k in drafts}, sentences={}, best={})
   translations, sweeps = {}, {}
   for name, (input_len, max_new) in DATASETS.items():
-    pairs = load_dataset(pair, name, FLAGS.newstest_sentences if name == "newstest2014"
-                         else 0)
+    pairs = load_dataset(pair, name, FLAGS.newstest_sentences if name == "newstest2014" else 0)
     inputs = encode_sources(vocab, [s for s, _ in pairs], input_len)
     hyps, hit_limit = greedy_translations(target, vocab, inputs, max_new, FLAGS.batch_size)
     q = quality(hyps, [r for _, r in pairs], hit_limit)
     metrics["quality"][name] = q
     metrics["bleu"][name] = q["bleu"]
-    translations[name] = [dict(en=s, de=r, output=h, hit_limit=limit)
-                          for (s, r), h, limit in zip(pairs, hyps, hit_limit)]
+    translations[name] = [
+      dict(en=s, de=r, output=h, hit_limit=limit)
+      for (s, r), h, limit in zip(pairs, hyps, hit_limit)
+    ]
     logging.warning("%s %s", name, q)
-    alpha_inputs = inputs[:FLAGS.alpha_sentences]
+    alpha_inputs = inputs[: FLAGS.alpha_sentences]
     metrics["sentences"][name] = dict(bleu=len(pairs), alpha=len(alpha_inputs))
     for draft_name, d in drafts.items():
       metrics["alpha"][draft_name][name] = {
-          str(int(t)): pooled_alpha(target, d, alpha_inputs, max_new, FLAGS.batch_size, t)
-          for t in (0.0, 1.0)}
+        str(int(t)): pooled_alpha(target, d, alpha_inputs, max_new, FLAGS.batch_size, t)
+        for t in (0.0, 1.0)
+      }
       logging.warning("%s alpha %s %s", name, draft_name, metrics["alpha"][draft_name][name])
     if FLAGS.sweep:
       # Each temperature with the shipped draft of the higher alpha on Multi30k.
-      chosen = {t: (b, shipped[b]) for t in (0.0, 1.0)
-                for b in [pretrained.best_draft(pair, t, metrics)]}
-      sweeps[name] = sweep(target, chosen, vocab, pairs[:FLAGS.sweep_sentences], input_len,
-                           max_new, [int(g) for g in FLAGS.gammas], FLAGS.repeats)
+      chosen = {
+        t: (b, shipped[b]) for t in (0.0, 1.0) for b in [pretrained.best_draft(pair, t, metrics)]
+      }
+      sweeps[name] = sweep(
+        target,
+        chosen,
+        vocab,
+        pairs[: FLAGS.sweep_sentences],
+        input_len,
+        max_new,
+        [int(g) for g in FLAGS.gammas],
+        FLAGS.repeats,
+      )
       metrics["best"][name] = best_rows(sweeps[name])
   if FLAGS.expected_json:
-    write_expected(FLAGS.expected_json, target, vocab,
-                   [en for en, _ in pretrained.test_sentences(pair)[:4]])
+    write_expected(
+      FLAGS.expected_json, target, vocab, [en for en, _ in pretrained.test_sentences(pair)[:4]]
+    )
   metrics["seconds"] = time.time() - start
   info_path = pretrained.pair_dir(pair) / "pair.json"
   info = pretrained.pair_info(pair)

@@ -31,19 +31,20 @@ import shutil
 from specdec import data
 from specdec.data import lm_prompts
 
-EVAL_DIR = data.DATA_DIR / 'eval_sets'
-SETS = dict(chat='chat.jsonl', cnndm='cnndm_summaries.jsonl',
-            eval_prompts='smollm2_eval_prompts.jsonl')
-SHIPPED_EVAL_PROMPTS = (data.DATA_DIR.parent / 'weights' / 'smollm2_135m_instruct'
-                        / 'eval_prompts.jsonl')
+EVAL_DIR = data.DATA_DIR / "eval_sets"
+SETS = dict(
+  chat="chat.jsonl", cnndm="cnndm_summaries.jsonl", eval_prompts="smollm2_eval_prompts.jsonl"
+)
+SHIPPED_EVAL_PROMPTS = (
+  data.DATA_DIR.parent / "weights" / "smollm2_135m_instruct" / "eval_prompts.jsonl"
+)
 # Today's set, as copied (so that a changed shipped file is noticed).
-SHIPPED_EVAL_PROMPTS_SHA256 = (
-    '1b4646f9a0de7c183278f78f0d3f2e5877d50e5c60b70df8c2cf38e03c694464')
+SHIPPED_EVAL_PROMPTS_SHA256 = "1b4646f9a0de7c183278f78f0d3f2e5877d50e5c60b70df8c2cf38e03c694464"
 
 # Instructions of the summarization set: none is one of `lm_prompts.INSTRUCTIONS`.
 CNNDM_INSTRUCTIONS = (
-    'Summarize this news article in two or three sentences:\n\n',
-    'Write a short summary of the following news excerpt:\n\n',
+  "Summarize this news article in two or three sentences:\n\n",
+  "Write a short summary of the following news excerpt:\n\n",
 )
 # Sentences of each passage, and its length at most (about 200 tokens).
 CNNDM_PASSAGE_SENTENCES = 6
@@ -52,23 +53,23 @@ CNNDM_PASSAGE_CHARS = 900
 
 def path(name: str) -> pathlib.Path:
   if name not in SETS:
-    raise ValueError(f'name: unknown evaluation set {name!r}; have {list(SETS)}')
+    raise ValueError(f"name: unknown evaluation set {name!r}; have {list(SETS)}")
   return EVAL_DIR / SETS[name]
 
 
 def load(name: str) -> list[dict]:
   """The prompts of one set (`SETS`), in file order: dicts with `content`."""
-  with open(path(name), encoding='utf-8') as f:
+  with open(path(name), encoding="utf-8") as f:
     return [json.loads(line) for line in f if line.strip()]
 
 
 def contents(name: str) -> list[str]:
-  return [p['content'] for p in load(name)]
+  return [p["content"] for p in load(name)]
 
 
 def sentences(text: str) -> list[str]:
   """`text`'s sentences (whitespace collapsed), split as `lm_prompts` splits them."""
-  return [s for s in re.split(r'(?<=[.!?])\s+', ' '.join(text.split())) if s]
+  return [s for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())) if s]
 
 
 def passage(parts: list[str], max_chars: int = CNNDM_PASSAGE_CHARS) -> str:
@@ -77,26 +78,33 @@ def passage(parts: list[str], max_chars: int = CNNDM_PASSAGE_CHARS) -> str:
   for s in parts[1:]:
     if len(out) + 1 + len(s) > max_chars:
       break
-    out += ' ' + s
+    out += " " + s
   return out
 
 
 def cnndm_prompts() -> list[dict]:
   """Two prompts per held-out CNN/DM test article: its opening sentences with the
   first instruction, and the next sentences with the second."""
-  rows = data.read_jsonl(data.CNNDM_FILE, ('article', 'id'))
+  rows = data.read_jsonl(data.CNNDM_FILE, ("article", "id"))
   out = []
   n = CNNDM_PASSAGE_SENTENCES
   for index, row in enumerate(rows):
     if not lm_prompts.is_heldout(index):
       continue
-    parts = sentences(row['article'])
+    parts = sentences(row["article"])
     for k, (lo, hi) in enumerate(((0, n), (n, 2 * n))):
       if len(parts) <= lo:
         continue
-      out.append(dict(content=CNNDM_INSTRUCTIONS[k] + passage(parts[lo:hi]),
-                      source='cnndm', index=index, id=row['id'], passage=k,
-                      first_sentence=lo))
+      out.append(
+        dict(
+          content=CNNDM_INSTRUCTIONS[k] + passage(parts[lo:hi]),
+          source="cnndm",
+          index=index,
+          id=row["id"],
+          passage=k,
+          first_sentence=lo,
+        )
+      )
   return out
 
 
@@ -105,17 +113,17 @@ def sha256(file: pathlib.Path) -> str:
 
 
 def write_jsonl(file: pathlib.Path, rows: list[dict]) -> None:
-  with open(file, 'w', encoding='utf-8') as f:
+  with open(file, "w", encoding="utf-8") as f:
     for r in rows:
-      f.write(json.dumps(r, ensure_ascii=False) + '\n')
+      f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
 def main() -> None:
-  write_jsonl(path('cnndm'), cnndm_prompts())
-  shutil.copyfile(SHIPPED_EVAL_PROMPTS, path('eval_prompts'))
+  write_jsonl(path("cnndm"), cnndm_prompts())
+  shutil.copyfile(SHIPPED_EVAL_PROMPTS, path("eval_prompts"))
   for name in SETS:
     print(name, len(load(name)), sha256(path(name)))
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
   main()

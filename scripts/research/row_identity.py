@@ -25,10 +25,11 @@ loops of both pairs can exceed Linux's default limit on memory mappings).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 import json
 import subprocess
 import sys
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -47,27 +48,40 @@ def decode_rows(decode, inputs: np.ndarray, batch: int) -> list[np.ndarray]:
   consecutive groups of `batch` rows (the last group may be smaller)."""
   rows = []
   for start in range(0, inputs.shape[0], batch):
-    out = decode(jnp.asarray(inputs[start:start + batch]))
+    out = decode(jnp.asarray(inputs[start : start + batch]))
     tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
-    rows += [tokens[b, :lengths[b]] for b in range(tokens.shape[0])]
+    rows += [tokens[b, : lengths[b]] for b in range(tokens.shape[0])]
   return rows
 
 
-def identity_rates(target: Any, draft: Any, inputs: np.ndarray, eos_id: int,
-                   batches: Sequence[int], max_new_tokens: int, gamma: int
-                   ) -> dict[str, dict[str, Any]]:
+def identity_rates(
+  target: Any,
+  draft: Any,
+  inputs: np.ndarray,
+  eos_id: int,
+  batches: Sequence[int],
+  max_new_tokens: int,
+  gamma: int,
+) -> dict[str, dict[str, Any]]:
   """{decoder: {"alone_tokens": rows' lengths, str(batch): {"identical": n, "rows": N,
   "rate": n / N, "differing": [row indices]}}} for the baseline and speculative
   decoding at `gamma`, greedy, each row alone against the same row in `batch`-row
   groups of consecutive prompts."""
   key = jax.random.key(0)
   decoders = {
-      "autoregressive": lambda x: specdec.autoregressive_sample(
-          target, x, key, max_new_tokens=max_new_tokens, sampling=GREEDY,
-          eos_id=eos_id),
-      f"speculative_gamma{gamma}": lambda x: specdec.speculative_sample(
-          target, draft, x, key, gamma=gamma, max_new_tokens=max_new_tokens,
-          sampling=GREEDY, eos_id=eos_id),
+    "autoregressive": lambda x: specdec.autoregressive_sample(
+      target, x, key, max_new_tokens=max_new_tokens, sampling=GREEDY, eos_id=eos_id
+    ),
+    f"speculative_gamma{gamma}": lambda x: specdec.speculative_sample(
+      target,
+      draft,
+      x,
+      key,
+      gamma=gamma,
+      max_new_tokens=max_new_tokens,
+      sampling=GREEDY,
+      eos_id=eos_id,
+    ),
   }
   report = {}
   for name, decode in decoders.items():
@@ -75,34 +89,57 @@ def identity_rates(target: Any, draft: Any, inputs: np.ndarray, eos_id: int,
     entry = {"alone_lengths": [int(r.size) for r in alone]}
     for batch in batches:
       rows = decode_rows(decode, inputs, batch)
-      differing = [i for i, (a, b) in enumerate(zip(alone, rows))
-                   if a.shape != b.shape or not np.array_equal(a, b)]
-      entry[str(batch)] = {"identical": len(rows) - len(differing), "rows": len(rows),
-                           "rate": (len(rows) - len(differing)) / len(rows),
-                           "differing": differing}
+      differing = [
+        i
+        for i, (a, b) in enumerate(zip(alone, rows))
+        if a.shape != b.shape or not np.array_equal(a, b)
+      ]
+      entry[str(batch)] = {
+        "identical": len(rows) - len(differing),
+        "rows": len(rows),
+        "rate": (len(rows) - len(differing)) / len(rows),
+        "differing": differing,
+      }
     report[name] = entry
   return report
 
 
-def run_pair(pair: str, num_prompts: int, batches: Sequence[int], max_new_tokens: int,
-             gamma: int) -> dict[str, Any]:
+def run_pair(
+  pair: str, num_prompts: int, batches: Sequence[int], max_new_tokens: int, gamma: int
+) -> dict[str, Any]:
   draft = pretrained.best_draft(pair, 0.0)
   work = workloads.load(pair, num_prompts, draft=draft)
-  report = identity_rates(work.target, work.drafts[draft], np.asarray(work.inputs),
-                          work.eos_id, batches, max_new_tokens, gamma)
-  return {"pair": pair, "draft": draft, "dtype": "float32", "num_prompts": num_prompts,
-          "prompt_shape": list(np.asarray(work.inputs).shape),
-          "max_new_tokens": max_new_tokens, "gamma": gamma,
-          "device": jax.devices()[0].device_kind, "decoders": report}
+  report = identity_rates(
+    work.target,
+    work.drafts[draft],
+    np.asarray(work.inputs),
+    work.eos_id,
+    batches,
+    max_new_tokens,
+    gamma,
+  )
+  return {
+    "pair": pair,
+    "draft": draft,
+    "dtype": "float32",
+    "num_prompts": num_prompts,
+    "prompt_shape": list(np.asarray(work.inputs).shape),
+    "max_new_tokens": max_new_tokens,
+    "gamma": gamma,
+    "device": jax.devices()[0].device_kind,
+    "decoders": report,
+  }
 
 
 def table(results: Sequence[dict[str, Any]], batches: Sequence[int]) -> str:
-  lines = ["| pair | decoder | " + " | ".join(f"batch {b}" for b in batches) + " |",
-           "|---|---|" + "---|" * len(batches)]
+  lines = [
+    "| pair | decoder | " + " | ".join(f"batch {b}" for b in batches) + " |",
+    "|---|---|" + "---|" * len(batches),
+  ]
   for r in results:
     for name, entry in r["decoders"].items():
-      cells = [f'{entry[str(b)]["identical"]}/{entry[str(b)]["rows"]}' for b in batches]
-      lines.append(f'| {r["pair"]} | {name} | ' + " | ".join(cells) + " |")
+      cells = [f"{entry[str(b)]['identical']}/{entry[str(b)]['rows']}" for b in batches]
+      lines.append(f"| {r['pair']} | {name} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
 
@@ -114,20 +151,29 @@ def main() -> None:
   parser.add_argument("--batches", default="2,4,8")
   parser.add_argument("--gamma", type=int, default=3)
   parser.add_argument("--out", default="", help="Write the results as JSON here.")
-  parser.add_argument("--one", action="store_true",
-                      help="Run the single pair in this process, print its JSON.")
+  parser.add_argument(
+    "--one", action="store_true", help="Run the single pair in this process, print its JSON."
+  )
   args = parser.parse_args()
   batches = [int(b) for b in args.batches.split(",")]
   pairs = args.pairs.split(",")
   if args.one:
-    print(json.dumps(run_pair(pairs[0], args.num_prompts, batches, args.max_new_tokens,
-                              args.gamma)))
+    print(
+      json.dumps(run_pair(pairs[0], args.num_prompts, batches, args.max_new_tokens, args.gamma))
+    )
     return
   results = []
   for pair in pairs:
-    command = [sys.executable, __file__, "--one", f"--pairs={pair}",
-               f"--num_prompts={args.num_prompts}", f"--batches={args.batches}",
-               f"--max_new_tokens={args.max_new_tokens}", f"--gamma={args.gamma}"]
+    command = [
+      sys.executable,
+      __file__,
+      "--one",
+      f"--pairs={pair}",
+      f"--num_prompts={args.num_prompts}",
+      f"--batches={args.batches}",
+      f"--max_new_tokens={args.max_new_tokens}",
+      f"--gamma={args.gamma}",
+    ]
     done = subprocess.run(command, check=True, capture_output=True, text=True)
     results.append(json.loads(done.stdout.strip().splitlines()[-1]))
   print(table(results, batches))

@@ -40,7 +40,7 @@ def shortlist_ids(sentences, vocab, max_target: int) -> np.ndarray:
   targets = [vocab.encode(s) for s in sentences]
   ids = {data.PAD_ID, data.EOS_ID}
   for t in targets:
-    ids.update(t[:max_target - 1])
+    ids.update(t[: max_target - 1])
   return np.asarray(sorted(ids), np.int32)
 
 
@@ -62,12 +62,17 @@ def main(argv):
   refs = pretrained.test_sentences(name)
   test = coverage(ids, [r for _, r in refs], vocab)
   directory = pretrained.pair_dir(name)
-  record = {"ids": ids.tolist(),
-            "source": ("every id of Multi30k train's German side (29,000 captions, "
-                       "tokenized and truncated as the drafts were trained), EOS and "
-                       "PAD"),
-            "size": int(ids.size), "vocab_size": t5.T5_VOCAB_SIZE,
-            "test_2016_reference_coverage": test}
+  record = {
+    "ids": ids.tolist(),
+    "source": (
+      "every id of Multi30k train's German side (29,000 captions, "
+      "tokenized and truncated as the drafts were trained), EOS and "
+      "PAD"
+    ),
+    "size": int(ids.size),
+    "vocab_size": t5.T5_VOCAB_SIZE,
+    "test_2016_reference_coverage": test,
+  }
   (directory / pretrained.SHORTLIST_FILE).write_text(json.dumps(record) + "\n")
   info = pretrained.pair_info(name)
   for draft in pretrained.drafts(name):

@@ -14,15 +14,18 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
   """The parser; the options of subcommand `chosen` come from its `Config` (only
   the chosen one's module is imported: compare-hf needs torch)."""
   parser = argparse.ArgumentParser(
-      prog="python -m specdec.bench",
-      description="Benchmarks of speculative decoding (Leviathan et al., ICML 2023).")
-  subparsers = parser.add_subparsers(dest="subcommand", required=True,
-                                     metavar="SUBCOMMAND")
+    prog="python -m specdec.bench",
+    description="Benchmarks of speculative decoding (Leviathan et al., ICML 2023).",
+  )
+  subparsers = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
   for name, (module_name, summary) in SUBCOMMANDS.items():
     sub = subparsers.add_parser(name, help=summary, description=summary)
     sub.set_defaults(module_name=module_name)
-    sub.add_argument("--out", default=f"out/{name.replace('-', '_')}.json",
-                     help="JSON output, the Markdown beside it as .md ('' for none)")
+    sub.add_argument(
+      "--out",
+      default=f"out/{name.replace('-', '_')}.json",
+      help="JSON output, the Markdown beside it as .md ('' for none)",
+    )
     if name == chosen:
       cli.add_arguments(sub, importlib.import_module(module_name).Config)
   return parser

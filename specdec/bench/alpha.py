@@ -21,8 +21,7 @@ def pooled_alpha(stats: sample.SpeculativeStats) -> float:
 
 
 def pooled_tokens_per_iteration(stats: sample.SpeculativeStats) -> float:
-  return float(np.sum(stats.accepted + stats.iterations) /
-               max(int(np.sum(stats.iterations)), 1))
+  return float(np.sum(stats.accepted + stats.iterations) / max(int(np.sum(stats.iterations)), 1))
 
 
 def _betas(target, draft, inputs, tokens, sampling):
@@ -39,9 +38,9 @@ def _betas(target, draft, inputs, tokens, sampling):
 _teacher_forced_betas = jax.jit(_betas, static_argnames=("sampling",))
 
 
-def teacher_forced_betas(target, draft, inputs: jax.Array, tokens: jax.Array,
-                         lengths: jax.Array, sampling: SamplingConfig
-                         ) -> list[np.ndarray]:
+def teacher_forced_betas(
+  target, draft, inputs: jax.Array, tokens: jax.Array, lengths: jax.Array, sampling: SamplingConfig
+) -> list[np.ndarray]:
   """beta = sum_x min(p(x), q(x)) at every position of the given outputs.
 
   `tokens` [B, T] are outputs of the target (its baseline decode), `lengths` [B] how
@@ -50,10 +49,9 @@ def teacher_forced_betas(target, draft, inputs: jax.Array, tokens: jax.Array,
   positions in one `extend` call per model. Returns one float array per row, of its
   length: the per-token betas whose mean over a corpus is the paper's alpha.
   """
-  betas = np.asarray(_teacher_forced_betas(target, draft, inputs, tokens,
-                                           sampling=sampling))
+  betas = np.asarray(_teacher_forced_betas(target, draft, inputs, tokens, sampling=sampling))
   lengths = np.asarray(lengths)
-  return [betas[b, :lengths[b]] for b in range(betas.shape[0])]
+  return [betas[b, : lengths[b]] for b in range(betas.shape[0])]
 
 
 @jax.jit
@@ -65,13 +63,19 @@ def _teacher_forced_logits(model, inputs, start, tokens):
 
 @functools.partial(jax.jit, static_argnames=("sampling",))
 def _betas_of_logits(p_logits, q_logits, sampling):
-  return jnp.sum(jnp.minimum(probabilities(p_logits, sampling),
-                             probabilities(q_logits, sampling)), axis=-1)
+  return jnp.sum(
+    jnp.minimum(probabilities(p_logits, sampling), probabilities(q_logits, sampling)), axis=-1
+  )
 
 
-def teacher_forced_alpha(target, drafts: dict[str, Any], inputs: jax.Array,
-                         tokens: jax.Array, lengths: jax.Array,
-                         sampling: SamplingConfig) -> dict[str, list[np.ndarray]]:
+def teacher_forced_alpha(
+  target,
+  drafts: dict[str, Any],
+  inputs: jax.Array,
+  tokens: jax.Array,
+  lengths: jax.Array,
+  sampling: SamplingConfig,
+) -> dict[str, list[np.ndarray]]:
   """`teacher_forced_betas` for several drafts along the same target outputs, the
   target's pass shared: each model's logits come from one `extend` over the outputs
   (compiled once per model and shape, whatever `sampling`), then beta = sum_x min(p(x),
@@ -88,5 +92,5 @@ def teacher_forced_alpha(target, drafts: dict[str, Any], inputs: jax.Array,
   for name, draft in drafts.items():
     q_logits = _teacher_forced_logits(draft, inputs, start, tokens)
     betas = np.asarray(_betas_of_logits(p_logits, q_logits, sampling=sampling))
-    out[name] = [betas[b, :lengths[b]] for b in range(betas.shape[0])]
+    out[name] = [betas[b, : lengths[b]] for b in range(betas.shape[0])]
   return out

@@ -18,8 +18,8 @@ import types
 import typing
 from typing import Any
 
-from specdec._checks import check_positive_int
 from specdec import _optional
+from specdec._checks import check_positive_int
 
 
 def field(default: Any, help: str) -> Any:  # pylint: disable=redefined-builtin
@@ -45,8 +45,9 @@ def _parser_of(kind: Any, name: str):
         return tuple(item(x) for x in text.split(",") if x.strip())
       except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--{name}: {text!r} is not a comma-separated list of "
-            f"{item.__name__}") from None
+          f"--{name}: {text!r} is not a comma-separated list of {item.__name__}"
+        ) from None
+
     return parse_list
   return kind
 
@@ -61,22 +62,31 @@ def add_arguments(parser: argparse.ArgumentParser, config_cls: type) -> None:
     default = f.default
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
     if kind is bool:
-      parser.add_argument(flag, dest=f.name, default=default,
-                          action=argparse.BooleanOptionalAction,
-                          help=f"{text} (default: {shown})")
+      parser.add_argument(
+        flag,
+        dest=f.name,
+        default=default,
+        action=argparse.BooleanOptionalAction,
+        help=f"{text} (default: {shown})",
+      )
       continue
     convert = _parser_of(kind, f.name.replace("_", "-"))
     if optional:
       inner = convert
       convert = lambda text, inner=inner: None if text.lower() == "none" else inner(text)
-    parser.add_argument(flag, dest=f.name, default=default, type=convert,
-                        metavar=f.name.upper(), help=f"{text} (default: {shown})")
+    parser.add_argument(
+      flag,
+      dest=f.name,
+      default=default,
+      type=convert,
+      metavar=f.name.upper(),
+      help=f"{text} (default: {shown})",
+    )
 
 
 def config_from_args(config_cls: type, args: argparse.Namespace) -> Any:
   """The `config_cls` instance that the parsed options describe."""
-  return config_cls(**{f.name: getattr(args, f.name)
-                       for f in dataclasses.fields(config_cls)})
+  return config_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)})
 
 
 def check_positive(config: Any, *names: str) -> None:

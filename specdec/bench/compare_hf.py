@@ -54,58 +54,65 @@ draft, the pair's settings: the copy mixed into the draft's q).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import contextlib
 import dataclasses
 import os
 import platform
 import tempfile
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import _optional
-from specdec import data, pretrained
+from specdec import _optional, data, pretrained
 from specdec.bench import cli, report
 from specdec.costs import median_seconds
 from specdec.data.lm_prompts import right_pad
-from specdec.io.hf import export_hf, llama_params_to_hf, save_hf
 from specdec.distributions import SamplingConfig
+from specdec.io.hf import export_hf, llama_params_to_hf, save_hf
 from specdec.sample import autoregressive_sample, speculative_sample
 
 torch = _optional.require("torch", "hf", purpose="python -m specdec.bench compare-hf")
-transformers = _optional.require("transformers", "hf",
-                                 purpose="python -m specdec.bench compare-hf")
+transformers = _optional.require("transformers", "hf", purpose="python -m specdec.bench compare-hf")
 
 # The decoder-only pair: its target is transformers-loaded from the same GGUF file.
 LM_PAIR = "smollm2_135m_instruct"
 DEFAULT_PROMPTS = {"multi30k_ende": 16, LM_PAIR: 8}
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Config:
   pair: str = cli.field("multi30k_ende", f"A shipped pair: multi30k_ende or {LM_PAIR}.")
-  sentences: int | None = cli.field(None, "Prompts: Multi30k test_2016 sentences "
-                                    f"(default 16), or {LM_PAIR}'s held-out chat "
-                                    "prompts (default 8).")
+  sentences: int | None = cli.field(
+    None,
+    "Prompts: Multi30k test_2016 sentences "
+    f"(default 16), or {LM_PAIR}'s held-out chat "
+    "prompts (default 8).",
+  )
   gamma: int = cli.field(3, "Draft tokens per iteration (both).")
   max_new_tokens: int = cli.field(48, "Tokens generated at most.")
   input_length: int = cli.field(48, "Encoder length (specdec pads).")
   repeats: int = cli.field(3, "Timed runs per prompt (median).")
   progress: bool = cli.field(True, "Show a progress bar.")
   torch_threads: int = cli.field(
-      0, "torch.set_num_threads (0: os.cpu_count()). On a machine where another job "
-      "holds a core, torch's spinning OpenMP threads slow its decode down by 10x at 2 "
-      "threads (not at 1): measure on an idle machine.")
+    0,
+    "torch.set_num_threads (0: os.cpu_count()). On a machine where another job "
+    "holds a core, torch's spinning OpenMP threads slow its decode down by 10x at 2 "
+    "threads (not at 1): measure on an idle machine.",
+  )
   lm_packed_weights: bool = cli.field(
-      True, f"{LM_PAIR}: specdec's target and draft with packed weights "
-      "(`llama.Llama.with_packed_weights`; a no-op where specdec.backends.cpu is not "
-      "enabled).")
+    True,
+    f"{LM_PAIR}: specdec's target and draft with packed weights "
+    "(`llama.Llama.with_packed_weights`; a no-op where specdec.backends.cpu is not "
+    "enabled).",
+  )
   lm_pad_multiple: int = cli.field(
-      32, f"{LM_PAIR}: specdec's prompts are right-padded with the pad id to a "
-      "multiple of this (few compiled shapes); transformers gets them unpadded.")
+    32,
+    f"{LM_PAIR}: specdec's prompts are right-padded with the pad id to a "
+    "multiple of this (few compiled shapes); transformers gets them unpadded.",
+  )
 
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -114,16 +121,21 @@ SPECDEC_BASELINE = "specdec_baseline"
 SPECDEC_SPECULATIVE = "specdec_speculative"
 REFERENCE = SPECDEC_BASELINE
 # The draft's generation-config fields that steer assisted generation.
-ASSISTANT_FIELDS = ("num_assistant_tokens", "num_assistant_tokens_schedule",
-                    "assistant_confidence_threshold")
+ASSISTANT_FIELDS = (
+  "num_assistant_tokens",
+  "num_assistant_tokens_schedule",
+  "assistant_confidence_threshold",
+)
 
 
 def hf_assisted_variants(gamma: int) -> dict[str, dict[str, Any]]:
   """{system name: the draft generation-config fields it sets} ({}: library defaults)."""
   fixed = dict(num_assistant_tokens=gamma, assistant_confidence_threshold=0.0)
-  return {"hf_assisted": dict(fixed, num_assistant_tokens_schedule="constant"),
-          "hf_assisted_heuristic": dict(fixed, num_assistant_tokens_schedule="heuristic"),
-          "hf_assisted_defaults": {}}
+  return {
+    "hf_assisted": dict(fixed, num_assistant_tokens_schedule="constant"),
+    "hf_assisted_heuristic": dict(fixed, num_assistant_tokens_schedule="heuristic"),
+    "hf_assisted_defaults": {},
+  }
 
 
 # Prompt lookup, in both implementations (decoder-only pairs, `lookup_draft` given):
@@ -159,12 +171,14 @@ def load_hf(directory: str | os.PathLike, model) -> Any:
   hf = hf.to(torch.float32).eval()
   state = hf.state_dict()
   for name, array in export_hf(model.params, model.config).items():
-    if name not in state or not np.array_equal(state[name].numpy(),
-                                               np.asarray(array, np.float32)):
-      raise ValueError(f"{directory}: transformers loaded {name!r} differently from the "
-                       "exported weights")
-  if (not model.config.logits_via_embedding
-      and hf.lm_head.weight.data_ptr() == hf.shared.weight.data_ptr()):
+    if name not in state or not np.array_equal(state[name].numpy(), np.asarray(array, np.float32)):
+      raise ValueError(
+        f"{directory}: transformers loaded {name!r} differently from the exported weights"
+      )
+  if (
+    not model.config.logits_via_embedding
+    and hf.lm_head.weight.data_ptr() == hf.shared.weight.data_ptr()
+  ):
     raise ValueError(f"{directory}: transformers tied lm_head to the embedding")
   return hf
 
@@ -184,15 +198,18 @@ def load_hf_llama(directory: str | os.PathLike, model=None) -> Any:
   """`LlamaForCausalLM` from a transformers directory (config.json, model.safetensors),
   float32, eval mode; with `model` (a specdec `llama.Llama`), checked to hold exactly
   its weights."""
-  hf = transformers.LlamaForCausalLM.from_pretrained(os.fspath(directory),
-                                                     dtype=torch.float32).eval()
+  hf = transformers.LlamaForCausalLM.from_pretrained(
+    os.fspath(directory), dtype=torch.float32
+  ).eval()
   if model is not None:
     state = hf.state_dict()
     for name, array in llama_params_to_hf(model.params, model.config).items():
-      if name not in state or not np.array_equal(state[name].numpy(),
-                                                 np.asarray(array, np.float32)):
-        raise ValueError(f"{directory}: transformers loaded {name!r} differently from "
-                         "the specdec model's weights")
+      if name not in state or not np.array_equal(
+        state[name].numpy(), np.asarray(array, np.float32)
+      ):
+        raise ValueError(
+          f"{directory}: transformers loaded {name!r} differently from the specdec model's weights"
+        )
   return hf
 
 
@@ -205,12 +222,13 @@ def load_hf_lm_pair(pair: str, draft, draft_name: str = "draft") -> tuple[Any, A
   """(hf_target, hf_draft) of a decoder-only shipped pair: the target from the GGUF
   file of `pretrained.lm_path` (`pretrained.load_lm_transformers`), the draft `draft_name` from its shipped transformers
   directory (`pretrained.lm_draft_path`), checked against specdec's `draft`."""
-  return (pretrained.load_lm_transformers(_target_lm(pair)),
-          load_hf_llama(pretrained.lm_draft_path(pair, draft_name), draft))
+  return (
+    pretrained.load_lm_transformers(_target_lm(pair)),
+    load_hf_llama(pretrained.lm_draft_path(pair, draft_name), draft),
+  )
 
 
-def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int
-                ) -> list[np.ndarray]:
+def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int) -> list[np.ndarray]:
   """Each prompt [1, S] right-padded with `pad_id` to a multiple of `multiple`: a few
   shapes for specdec to compile, a little padding for its prefill."""
   out = []
@@ -223,24 +241,23 @@ def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int
 # ------------------------------------------------------------------------------
 # Decoding.
 # ------------------------------------------------------------------------------
-def hf_tokens(sequences: torch.Tensor, eos_id: int = data.EOS_ID, start: int = 1
-              ) -> list[int]:
+def hf_tokens(sequences: torch.Tensor, eos_id: int = data.EOS_ID, start: int = 1) -> list[int]:
   """Generated ids of a [1, start + n] `generate` output: the first `start` ids dropped
   (an encoder-decoder's decoder start token; a decoder-only model's prompt), cut after
   the first EOS (anything later is padding)."""
   ids = sequences[0, start:].tolist()
-  return ids[:ids.index(eos_id) + 1] if eos_id in ids else ids
+  return ids[: ids.index(eos_id) + 1] if eos_id in ids else ids
 
 
 def specdec_tokens(out) -> list[int]:
-  return np.asarray(out.tokens[0, :int(out.lengths[0])]).tolist()
+  return np.asarray(out.tokens[0, : int(out.lengths[0])]).tolist()
 
 
 def _unpadded(x: np.ndarray, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
   """The prompt's ids without specdec's trailing run of `pad_id`, and an all-ones
   mask."""
   ids = np.asarray(x).reshape(-1)
-  ids = ids[:int(np.max(np.nonzero(ids != pad_id)[0], initial=-1)) + 1]
+  ids = ids[: int(np.max(np.nonzero(ids != pad_id)[0], initial=-1)) + 1]
   tensor = torch.from_numpy(ids.astype(np.int64))[None]
   return tensor, torch.ones_like(tensor)
 
@@ -249,8 +266,10 @@ def _unpadded(x: np.ndarray, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tenso
 def _count_forwards(*modules):
   """Counts the forward calls of each module while the context is open."""
   counts = [0] * len(modules)
-  handles = [m.register_forward_pre_hook(
-      lambda *_, i=i: counts.__setitem__(i, counts[i] + 1)) for i, m in enumerate(modules)]
+  handles = [
+    m.register_forward_pre_hook(lambda *_, i=i: counts.__setitem__(i, counts[i] + 1))
+    for i, m in enumerate(modules)
+  ]
   try:
     yield counts
   finally:
@@ -270,14 +289,20 @@ def _effective_assistant_settings(generation_config) -> dict[str, Any]:
   return out
 
 
-def _hf_systems(hf_target, hf_draft, max_new_tokens: int, gamma: int,
-                generate_kwargs: dict[str, Any] | None = None,
-                lookup_ngram: int | None = None):
+def _hf_systems(
+  hf_target,
+  hf_draft,
+  max_new_tokens: int,
+  gamma: int,
+  generate_kwargs: dict[str, Any] | None = None,
+  lookup_ngram: int | None = None,
+):
   """{name: (decode(ids, mask) -> sequences, settings)} of the transformers systems;
   `generate_kwargs` go to every `generate` call; `lookup_ngram`: with prompt lookup,
   matching suffixes of up to that many tokens."""
-  common = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-                **(generate_kwargs or {}))
+  common = dict(
+    max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, **(generate_kwargs or {})
+  )
 
   def baseline(ids, mask):
     with torch.inference_mode():
@@ -294,19 +319,25 @@ def _hf_systems(hf_target, hf_draft, max_new_tokens: int, gamma: int,
       for k, v in values.items():
         setattr(hf_draft.generation_config, k, v)
       with torch.inference_mode():
-        return hf_target.generate(input_ids=ids, attention_mask=mask,
-                                  assistant_model=hf_draft, **common)
+        return hf_target.generate(
+          input_ids=ids, attention_mask=mask, assistant_model=hf_draft, **common
+        )
 
     for k, v in values.items():
       setattr(hf_draft.generation_config, k, v)
-    settings = dict(common, assistant_model="draft", set_on_draft=overrides,
-                    effective=_effective_assistant_settings(hf_draft.generation_config))
+    settings = dict(
+      common,
+      assistant_model="draft",
+      set_on_draft=overrides,
+      effective=_effective_assistant_settings(hf_draft.generation_config),
+    )
     systems[name] = (assisted, settings)
   for k, v in original.items():
     setattr(hf_draft.generation_config, k, v)
   if lookup_ngram is not None:
-    lookup_kwargs = dict(common, prompt_lookup_num_tokens=gamma,
-                         max_matching_ngram_size=lookup_ngram)
+    lookup_kwargs = dict(
+      common, prompt_lookup_num_tokens=gamma, max_matching_ngram_size=lookup_ngram
+    )
 
     def prompt_lookup(ids, mask):
       with torch.inference_mode():
@@ -316,32 +347,57 @@ def _hf_systems(hf_target, hf_draft, max_new_tokens: int, gamma: int,
   return systems
 
 
-def _specdec_systems(target, draft, max_new_tokens: int, gamma: int,
-                     eos_id: int = data.EOS_ID, lookup_draft=None):
+def _specdec_systems(
+  target, draft, max_new_tokens: int, gamma: int, eos_id: int = data.EOS_ID, lookup_draft=None
+):
   key = jax.random.key(0)
   common = dict(max_new_tokens=max_new_tokens, temperature=0.0, eos_id=eos_id)
 
   def baseline(x):
-    return autoregressive_sample(target, x, key, max_new_tokens=max_new_tokens,
-                                 sampling=GREEDY, eos_id=eos_id)
+    return autoregressive_sample(
+      target, x, key, max_new_tokens=max_new_tokens, sampling=GREEDY, eos_id=eos_id
+    )
 
   def speculative(x):
-    return speculative_sample(target, draft, x, key, gamma=gamma,
-                              max_new_tokens=max_new_tokens, sampling=GREEDY,
-                              eos_id=eos_id)
+    return speculative_sample(
+      target,
+      draft,
+      x,
+      key,
+      gamma=gamma,
+      max_new_tokens=max_new_tokens,
+      sampling=GREEDY,
+      eos_id=eos_id,
+    )
 
-  systems = {SPECDEC_BASELINE: (baseline, dict(common)),
-             SPECDEC_SPECULATIVE: (speculative, dict(common, gamma=gamma))}
+  systems = {
+    SPECDEC_BASELINE: (baseline, dict(common)),
+    SPECDEC_SPECULATIVE: (speculative, dict(common, gamma=gamma)),
+  }
   if lookup_draft is not None:
 
     def speculative_lookup(x):
-      return speculative_sample(target, lookup_draft, x, key, gamma=gamma,
-                                max_new_tokens=max_new_tokens, sampling=GREEDY,
-                                eos_id=eos_id)
+      return speculative_sample(
+        target,
+        lookup_draft,
+        x,
+        key,
+        gamma=gamma,
+        max_new_tokens=max_new_tokens,
+        sampling=GREEDY,
+        eos_id=eos_id,
+      )
 
-    systems[SPECDEC_LOOKUP] = (speculative_lookup, dict(
-        common, gamma=gamma, weight=lookup_draft.weight,
-        min_ngram=lookup_draft.min_ngram, max_ngram=lookup_draft.max_ngram))
+    systems[SPECDEC_LOOKUP] = (
+      speculative_lookup,
+      dict(
+        common,
+        gamma=gamma,
+        weight=lookup_draft.weight,
+        min_ngram=lookup_draft.min_ngram,
+        max_ngram=lookup_draft.max_ngram,
+      ),
+    )
   return systems
 
 
@@ -354,22 +410,38 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
 
 def environment(threads: int) -> dict[str, Any]:
   """Versions, threads and devices of both implementations."""
-  return dict(transformers=transformers.__version__, torch=torch.__version__,
-              jax=jax.__version__, python=platform.python_version(),
-              machine=platform.machine(), cpu_count=os.cpu_count(),
-              torch_threads=torch.get_num_threads(),
-              torch_interop_threads=torch.get_num_interop_threads(),
-              torch_set_num_threads=threads, torch_mode="inference_mode",
-              jax_backend=jax.default_backend(),
-              jax_devices=[str(d) for d in jax.devices()],
-              dtype="float32")
+  return dict(
+    transformers=transformers.__version__,
+    torch=torch.__version__,
+    jax=jax.__version__,
+    python=platform.python_version(),
+    machine=platform.machine(),
+    cpu_count=os.cpu_count(),
+    torch_threads=torch.get_num_threads(),
+    torch_interop_threads=torch.get_num_interop_threads(),
+    torch_set_num_threads=threads,
+    torch_mode="inference_mode",
+    jax_backend=jax.default_backend(),
+    jax_devices=[str(d) for d in jax.devices()],
+    dtype="float32",
+  )
 
 
-def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
-                   gamma: int, max_new_tokens: int, repeats: int,
-                   threads: int | None = None, progress: bool = False,
-                   eos_id: int = data.EOS_ID, pad_id: int = 0,
-                   lookup_draft=None) -> dict[str, Any]:
+def run_comparison(
+  target,
+  draft,
+  hf_target,
+  hf_draft,
+  prompts: Sequence[Any],
+  gamma: int,
+  max_new_tokens: int,
+  repeats: int,
+  threads: int | None = None,
+  progress: bool = False,
+  eos_id: int = data.EOS_ID,
+  pad_id: int = 0,
+  lookup_draft=None,
+) -> dict[str, Any]:
   """Decodes every prompt with every system and measures them (see the module doc).
 
   Two model families: an encoder-decoder pair (specdec `T5`s; transformers'
@@ -404,22 +476,31 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
   # Decoder-only: stop on the same EOS as specdec, no minimum length, so that both
   # implementations' token streams are comparable (T5's generation config already has
   # EOS 1 and no minimum).
-  generate_kwargs = (dict(eos_token_id=eos_id, pad_token_id=eos_id, min_length=0,
-                          min_new_tokens=None) if decoder_only else {})
+  generate_kwargs = (
+    dict(eos_token_id=eos_id, pad_token_id=eos_id, min_length=0, min_new_tokens=None)
+    if decoder_only
+    else {}
+  )
   if lookup_draft is not None and not decoder_only:
     raise ValueError("lookup_draft: prompt lookup is compared on decoder-only pairs")
   lookup = lookup_draft is not None
-  hf = _hf_systems(hf_target, hf_draft, max_new_tokens, gamma, generate_kwargs,
-                   lookup_draft.max_ngram if lookup else None)
+  hf = _hf_systems(
+    hf_target,
+    hf_draft,
+    max_new_tokens,
+    gamma,
+    generate_kwargs,
+    lookup_draft.max_ngram if lookup else None,
+  )
   sd = _specdec_systems(target, draft, max_new_tokens, gamma, eos_id, lookup_draft)
   names = list(hf) + list(sd)
-  results = {n: dict(prompt_seconds=[], prompt_tokens=[], target_calls=0,
-                     draft_calls=0) for n in names}
+  results = {
+    n: dict(prompt_seconds=[], prompt_tokens=[], target_calls=0, draft_calls=0) for n in names
+  }
   outputs: dict[str, list[list[int]]] = {n: [] for n in names}
   bar = None
   if progress:
-    bar = cli.progress_bar(total=len(prompts) * len(names), desc="decoding",
-                           unit="decode")
+    bar = cli.progress_bar(total=len(prompts) * len(names), desc="decoding", unit="decode")
   # Prompt by prompt, every system in turn: drifts of the machine hit all alike.
   for x in prompts:
     x = np.asarray(x, np.int32).reshape(1, -1)
@@ -464,49 +545,78 @@ def run_comparison(target, draft, hf_target, hf_draft, prompts: Sequence[Any],
     r["identical_to_reference"] = sum(o == ref for o, ref in zip(outputs[name], reference))
     for i, (o, ref) in enumerate(zip(outputs[name], reference)):
       if o != ref:
-        disagreements.append(dict(system=name, prompt=i,
-                                  first_difference=_first_difference(o, ref),
-                                  tokens=o, reference=ref))
+        disagreements.append(
+          dict(
+            system=name,
+            prompt=i,
+            first_difference=_first_difference(o, ref),
+            tokens=o,
+            reference=ref,
+          )
+        )
   for name in names:
     base = HF_BASELINE if name in hf else SPECDEC_BASELINE
     results[name]["baseline"] = base
-    results[name]["speedup"] = (results[base]["ms_per_token"]
-                                / results[name]["ms_per_token"])
+    results[name]["speedup"] = results[base]["ms_per_token"] / results[name]["ms_per_token"]
+
   def ratio(specdec_name: str, name: str) -> dict[str, Any]:
     spec = results[specdec_name]
-    return dict(specdec_system=specdec_name, hf_system=name,
-                baseline_ms_per_token=(results[SPECDEC_BASELINE]["ms_per_token"]
-                                       / results[HF_BASELINE]["ms_per_token"]),
-                speculative_ms_per_token=(spec["ms_per_token"]
-                                          / results[name]["ms_per_token"]),
-                speedup=spec["speedup"] / results[name]["speedup"])
+    return dict(
+      specdec_system=specdec_name,
+      hf_system=name,
+      baseline_ms_per_token=(
+        results[SPECDEC_BASELINE]["ms_per_token"] / results[HF_BASELINE]["ms_per_token"]
+      ),
+      speculative_ms_per_token=(spec["ms_per_token"] / results[name]["ms_per_token"]),
+      speedup=spec["speedup"] / results[name]["speedup"],
+    )
 
-  ratios = [ratio(SPECDEC_SPECULATIVE, name) for name in hf
-            if name not in (HF_BASELINE, HF_PROMPT_LOOKUP)]
+  ratios = [
+    ratio(SPECDEC_SPECULATIVE, name) for name in hf if name not in (HF_BASELINE, HF_PROMPT_LOOKUP)
+  ]
   if lookup:
     ratios.append(ratio(SPECDEC_LOOKUP, HF_PROMPT_LOOKUP))
-  settings = dict(environment(threads), gamma=gamma, max_new_tokens=max_new_tokens,
-                  repeats=repeats, warmup_runs=1, prompts=len(prompts), batch=1,
-                  input_length=int(np.asarray(prompts[0]).size) if prompts else 0,
-                  decoding="greedy", eos_id=eos_id,
-                  hf_attn_implementation=getattr(hf_target.config, "_attn_implementation",
-                                                 None),
-                  reference=REFERENCE)
+  settings = dict(
+    environment(threads),
+    gamma=gamma,
+    max_new_tokens=max_new_tokens,
+    repeats=repeats,
+    warmup_runs=1,
+    prompts=len(prompts),
+    batch=1,
+    input_length=int(np.asarray(prompts[0]).size) if prompts else 0,
+    decoding="greedy",
+    eos_id=eos_id,
+    hf_attn_implementation=getattr(hf_target.config, "_attn_implementation", None),
+    reference=REFERENCE,
+  )
   if decoder_only:
-    settings.update(family="decoder-only", pad_id=pad_id,
-                    input_lengths=[int(np.asarray(p).size) for p in prompts],
-                    prompt_tokens=[int(_unpadded(p, pad_id)[0].shape[1])
-                                   for p in prompts],
-                    hf_generate_kwargs=generate_kwargs)
+    settings.update(
+      family="decoder-only",
+      pad_id=pad_id,
+      input_lengths=[int(np.asarray(p).size) for p in prompts],
+      prompt_tokens=[int(_unpadded(p, pad_id)[0].shape[1]) for p in prompts],
+      hf_generate_kwargs=generate_kwargs,
+    )
   else:
-    settings.update(family="encoder-decoder",
-                    decoder_start_token_id=int(hf_target.generation_config
-                                               .decoder_start_token_id))
-  agreement = dict(reference=REFERENCE, prompts=len(prompts),
-                   identical={n: results[n]["identical_to_reference"] for n in names},
-                   all_agree=not disagreements, disagreements=disagreements)
-  return dict(settings=settings, systems=results, ratios=ratios, agreement=agreement,
-              reference_tokens=reference)
+    settings.update(
+      family="encoder-decoder",
+      decoder_start_token_id=int(hf_target.generation_config.decoder_start_token_id),
+    )
+  agreement = dict(
+    reference=REFERENCE,
+    prompts=len(prompts),
+    identical={n: results[n]["identical_to_reference"] for n in names},
+    all_agree=not disagreements,
+    disagreements=disagreements,
+  )
+  return dict(
+    settings=settings,
+    systems=results,
+    ratios=ratios,
+    agreement=agreement,
+    reference_tokens=reference,
+  )
 
 
 # ------------------------------------------------------------------------------
@@ -517,52 +627,93 @@ def _describe(name: str, r: dict[str, Any]) -> str:
   if name == SPECDEC_SPECULATIVE:
     return f"gamma {s['gamma']}"
   if name == SPECDEC_LOOKUP:
-    return (f"gamma {s['gamma']}, draft + lookup (n {s['min_ngram']}-{s['max_ngram']}, "
-            f"weight {s['weight']:g})")
+    return (
+      f"gamma {s['gamma']}, draft + lookup (n {s['min_ngram']}-{s['max_ngram']}, "
+      f"weight {s['weight']:g})"
+    )
   if name == HF_PROMPT_LOOKUP:
-    return (f"{s['prompt_lookup_num_tokens']} drafts, n-grams up to "
-            f"{s['max_matching_ngram_size']}, no draft model")
+    return (
+      f"{s['prompt_lookup_num_tokens']} drafts, n-grams up to "
+      f"{s['max_matching_ngram_size']}, no draft model"
+    )
   if "effective" in s:
     e = s["effective"]
     start = "from " if e["num_assistant_tokens_schedule"] != "constant" else ""
-    return (f"{start}{e['num_assistant_tokens']} drafts, "
-            f"{e['num_assistant_tokens_schedule']}, confidence threshold "
-            f"{e['assistant_confidence_threshold']:g}")
+    return (
+      f"{start}{e['num_assistant_tokens']} drafts, "
+      f"{e['num_assistant_tokens_schedule']}, confidence threshold "
+      f"{e['assistant_confidence_threshold']:g}"
+    )
   return "greedy"
 
 
 def markdown(result: dict[str, Any]) -> str:
   """The systems table, the specdec / transformers ratios and the settings."""
   s, agree = result["settings"], result["agreement"]
-  header = ("system", "settings", "tokens", "ms/token", "speed-up (own baseline)",
-            "target calls", "tokens/target call", "draft calls",
-            f"identical to {agree['reference']}")
-  lines = [report.markdown_table(header, [
-      [name, _describe(name, r), r["tokens"], f"{r['ms_per_token']:.3f}",
-       f"{r['speedup']:.2f}x", r["target_calls"], f"{r['tokens_per_target_call']:.2f}",
-       r["draft_calls"], f"{r['identical_to_reference']}/{agree['prompts']}"]
-      for name, r in result["systems"].items()])]
-  lines += ["", report.markdown_table(
-      ["specdec / transformers", "baseline ms/token", "speculative ms/token",
-       "speed-up"],
-      [[f"{q.get('specdec_system', SPECDEC_SPECULATIVE)} vs {q['hf_system']}",
-        f"{q['baseline_ms_per_token']:.3f}", f"{q['speculative_ms_per_token']:.3f}",
-        f"{q['speedup']:.3f}"] for q in result["ratios"]])]
+  header = (
+    "system",
+    "settings",
+    "tokens",
+    "ms/token",
+    "speed-up (own baseline)",
+    "target calls",
+    "tokens/target call",
+    "draft calls",
+    f"identical to {agree['reference']}",
+  )
+  lines = [
+    report.markdown_table(
+      header,
+      [
+        [
+          name,
+          _describe(name, r),
+          r["tokens"],
+          f"{r['ms_per_token']:.3f}",
+          f"{r['speedup']:.2f}x",
+          r["target_calls"],
+          f"{r['tokens_per_target_call']:.2f}",
+          r["draft_calls"],
+          f"{r['identical_to_reference']}/{agree['prompts']}",
+        ]
+        for name, r in result["systems"].items()
+      ],
+    )
+  ]
+  lines += [
+    "",
+    report.markdown_table(
+      ["specdec / transformers", "baseline ms/token", "speculative ms/token", "speed-up"],
+      [
+        [
+          f"{q.get('specdec_system', SPECDEC_SPECULATIVE)} vs {q['hf_system']}",
+          f"{q['baseline_ms_per_token']:.3f}",
+          f"{q['speculative_ms_per_token']:.3f}",
+          f"{q['speedup']:.3f}",
+        ]
+        for q in result["ratios"]
+      ],
+    ),
+  ]
   if s.get("family") == "decoder-only":
-    shape = (f"chat prompts of {min(s['prompt_tokens'])}-{max(s['prompt_tokens'])} "
-             f"tokens, right-padded for specdec to {sorted(set(s['input_lengths']))}, "
-             f"EOS {s['eos_id']}")
+    shape = (
+      f"chat prompts of {min(s['prompt_tokens'])}-{max(s['prompt_tokens'])} "
+      f"tokens, right-padded for specdec to {sorted(set(s['input_lengths']))}, "
+      f"EOS {s['eos_id']}"
+    )
   else:
     shape = f"encoder length {s['input_length']}"
-  lines += ["", f"Greedy, batch 1, float32, {s['prompts']} prompts ({shape}), "
-            f"max_new_tokens {s['max_new_tokens']}, median of "
-            f"{s['repeats']} timed runs per prompt after {s['warmup_runs']} untimed; "
-            f"transformers {s['transformers']} (attention {s['hf_attn_implementation']}), "
-            f"torch {s['torch']} ({s['torch_threads']} threads, inference_mode), jax "
-            f"{s['jax']} ({s['jax_backend']}), {s['cpu_count']} CPUs. Ratios < 1: "
-            "specdec is faster (ms/token) or gains less (speed-up).",
-            f"All systems give the same tokens on every prompt: "
-            f"{'yes' if agree['all_agree'] else 'NO'}."]
+  lines += [
+    "",
+    f"Greedy, batch 1, float32, {s['prompts']} prompts ({shape}), "
+    f"max_new_tokens {s['max_new_tokens']}, median of "
+    f"{s['repeats']} timed runs per prompt after {s['warmup_runs']} untimed; "
+    f"transformers {s['transformers']} (attention {s['hf_attn_implementation']}), "
+    f"torch {s['torch']} ({s['torch_threads']} threads, inference_mode), jax "
+    f"{s['jax']} ({s['jax_backend']}), {s['cpu_count']} CPUs. Ratios < 1: "
+    "specdec is faster (ms/token) or gains less (speed-up).",
+    f"All systems give the same tokens on every prompt: {'yes' if agree['all_agree'] else 'NO'}.",
+  ]
   return "\n".join(lines)
 
 
@@ -577,25 +728,37 @@ def run_lm(config: Config, pair: str, num: int) -> dict[str, Any]:
   hf_target, hf_draft = load_hf_lm_pair(pair, draft, draft_name)
   if config.lm_packed_weights:
     target, draft = target.with_packed_weights(), draft.with_packed_weights()
-  ids = [tok.apply_chat_template([{"role": "user", "content": m}],
-                                 add_generation_prompt=True) for m in messages]
+  ids = [
+    tok.apply_chat_template([{"role": "user", "content": m}], add_generation_prompt=True)
+    for m in messages
+  ]
   prompts = pad_prompts(ids, target.pad_id, config.lm_pad_multiple)
-  result = run_comparison(target, draft, hf_target, hf_draft, prompts, config.gamma,
-                          config.max_new_tokens, config.repeats,
-                          threads=config.torch_threads or None,
-                          progress=config.progress, eos_id=tok.eos_id,
-                          pad_id=target.pad_id,
-                          lookup_draft=pretrained.with_context_lookup(pair, draft))
-  result["settings"].update(pad_multiple=config.lm_pad_multiple,
-                            specdec_packed_weights=dict(
-                                target=target.packed is not None,
-                                draft=draft.packed is not None),
-                            hf_target_source=str(pretrained.lm_path(_target_lm(pair))),
-                            draft=draft_name,
-                            hf_draft_source=str(pretrained.lm_draft_path(pair,
-                                                                         draft_name)))
-  result["examples"] = [dict(prompt=m, output=tok.decode(t, skip_special_tokens=True))
-                        for m, t in zip(messages[:3], result["reference_tokens"])]
+  result = run_comparison(
+    target,
+    draft,
+    hf_target,
+    hf_draft,
+    prompts,
+    config.gamma,
+    config.max_new_tokens,
+    config.repeats,
+    threads=config.torch_threads or None,
+    progress=config.progress,
+    eos_id=tok.eos_id,
+    pad_id=target.pad_id,
+    lookup_draft=pretrained.with_context_lookup(pair, draft),
+  )
+  result["settings"].update(
+    pad_multiple=config.lm_pad_multiple,
+    specdec_packed_weights=dict(target=target.packed is not None, draft=draft.packed is not None),
+    hf_target_source=str(pretrained.lm_path(_target_lm(pair))),
+    draft=draft_name,
+    hf_draft_source=str(pretrained.lm_draft_path(pair, draft_name)),
+  )
+  result["examples"] = [
+    dict(prompt=m, output=tok.decode(t, skip_special_tokens=True))
+    for m, t in zip(messages[:3], result["reference_tokens"])
+  ]
   return result
 
 
@@ -604,8 +767,9 @@ def run(config: Config) -> dict[str, Any]:
   pair = config.pair
   if pair not in DEFAULT_PROMPTS:
     raise ValueError(f"pair: {pair!r} is not one of {list(DEFAULT_PROMPTS)}")
-  cli.check_positive(config, "gamma", "max_new_tokens", "input_length", "repeats",
-                     "lm_pad_multiple")
+  cli.check_positive(
+    config, "gamma", "max_new_tokens", "input_length", "repeats", "lm_pad_multiple"
+  )
   num = config.sentences if config.sentences is not None else DEFAULT_PROMPTS[pair]
   if num < 1:
     raise ValueError(f"sentences must be >= 1, got {num}")
@@ -617,21 +781,33 @@ def run(config: Config) -> dict[str, Any]:
       # implementations run the same q (no output shortlist).
       target, draft, vocab = pretrained.load_pair(pair, shortlist=False)
       sentences = pretrained.test_sentences(pair)[:num]
-      prompts = [vocab.encode_padded(data.TRANSLATE_PREFIX + en, config.input_length)
-                 for en, _ in sentences]
+      prompts = [
+        vocab.encode_padded(data.TRANSLATE_PREFIX + en, config.input_length) for en, _ in sentences
+      ]
       with tempfile.TemporaryDirectory() as tmp:
         hf_target, hf_draft = export_pair(target, draft, tmp)
-        result = run_comparison(target, draft, hf_target, hf_draft, prompts,
-                                config.gamma, config.max_new_tokens, config.repeats,
-                                threads=config.torch_threads or None,
-                                progress=config.progress)
-      result["examples"] = [dict(source=en, reference=de, output=vocab.decode(ids))
-                            for (en, de), ids in zip(sentences[:3],
-                                                     result["reference_tokens"])]
+        result = run_comparison(
+          target,
+          draft,
+          hf_target,
+          hf_draft,
+          prompts,
+          config.gamma,
+          config.max_new_tokens,
+          config.repeats,
+          threads=config.torch_threads or None,
+          progress=config.progress,
+        )
+      result["examples"] = [
+        dict(source=en, reference=de, output=vocab.decode(ids))
+        for (en, de), ids in zip(sentences[:3], result["reference_tokens"])
+      ]
   result["settings"]["pair"] = pair
   return result
 
 
 def render(result: dict[str, Any]) -> str:
-  return (f"specdec vs transformers {result['settings']['transformers']} assisted "
-          f"generation, {result['settings']['pair']}\n\n" + markdown(result))
+  return (
+    f"specdec vs transformers {result['settings']['transformers']} assisted "
+    f"generation, {result['settings']['pair']}\n\n" + markdown(result)
+  )

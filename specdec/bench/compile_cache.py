@@ -16,8 +16,8 @@ Timings are unaffected: every benchmark times programs already compiled.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import pathlib
-from typing import Mapping
 
 import jax
 
@@ -43,6 +43,7 @@ def configure(environ: Mapping[str, str] | None = None) -> pathlib.Path | None:
   way."""
   # pylint: disable-next=g-import-not-at-top
   from jax.experimental.compilation_cache import compilation_cache
+
   path = cache_dir(environ)
   if path is None:
     jax.config.update("jax_enable_compilation_cache", False)

@@ -32,18 +32,18 @@ outputs and more timed rounds (the README's results table).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from specdec import adaptive, pretrained, theory
-from specdec.bench import adaptive as bench_adaptive
-from specdec.bench import cli, compile_cache, demo_prompts, report
+from specdec.bench import adaptive as bench_adaptive, cli, compile_cache, demo_prompts, report
 from specdec.bench.alpha import pooled_alpha, pooled_tokens_per_iteration
 from specdec.costs import autoregressive_decoder, speculative_decoder, step_costs
 from specdec.data import EOS_ID, TRANSLATE_PREFIX
@@ -60,14 +60,33 @@ PAIRS = (LM_PAIR, T5_PAIR)
 # Settings of the three sizes: (sentences, articles, chat prompts, temperatures,
 # LM new tokens, T5 new tokens, timed rounds).
 PRESETS = {
-    "quick": dict(num_sentences=2, num_articles=1, num_prompts=2, temperatures=(0.0,),
-                  lm_max_new_tokens=48, max_new_tokens=40, repeats=1),
-    "default": dict(num_sentences=8, num_articles=3, num_prompts=4,
-                    temperatures=(0.0, 1.0), lm_max_new_tokens=48, max_new_tokens=40,
-                    repeats=1),
-    "full": dict(num_sentences=64, num_articles=len(demo_prompts.CNNDM_ARTICLES),
-                 num_prompts=8, temperatures=(0.0, 1.0), lm_max_new_tokens=96,
-                 max_new_tokens=40, repeats=3),
+  "quick": dict(
+    num_sentences=2,
+    num_articles=1,
+    num_prompts=2,
+    temperatures=(0.0,),
+    lm_max_new_tokens=48,
+    max_new_tokens=40,
+    repeats=1,
+  ),
+  "default": dict(
+    num_sentences=8,
+    num_articles=3,
+    num_prompts=4,
+    temperatures=(0.0, 1.0),
+    lm_max_new_tokens=48,
+    max_new_tokens=40,
+    repeats=1,
+  ),
+  "full": dict(
+    num_sentences=64,
+    num_articles=len(demo_prompts.CNNDM_ARTICLES),
+    num_prompts=8,
+    temperatures=(0.0, 1.0),
+    lm_max_new_tokens=96,
+    max_new_tokens=40,
+    repeats=3,
+  ),
 }
 # The shortest pad length of the decoder-only prompts (a power of two holds them all).
 LM_MIN_PROMPT_LENGTH = 64
@@ -75,33 +94,48 @@ LM_MIN_PROMPT_LENGTH = 64
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  quick: bool = cli.field(False, "Temperature 0 only and two inputs per task (one "
-                          "article): the short check.")
-  full: bool = cli.field(False, "More inputs, 96 new tokens for SmolLM2 and 3 timed "
-                         "rounds: the README's results table.")
+  quick: bool = cli.field(
+    False, "Temperature 0 only and two inputs per task (one article): the short check."
+  )
+  full: bool = cli.field(
+    False, "More inputs, 96 new tokens for SmolLM2 and 3 timed rounds: the README's results table."
+  )
   tasks: tuple[str, ...] = cli.field(TASKS, f"Tasks to run, of {', '.join(TASKS)}.")
   temperatures: tuple[float, ...] | None = cli.field(
-      None, "Sampling temperatures; none: the preset's, 0,1 (--quick: 0).")
-  num_sentences: int | None = cli.field(None, "EnDe: Multi30k test sentences; "
-                                        "none: the preset's, 8 (--quick 2, --full 64).")
-  num_articles: int | None = cli.field(None, "CNN/DM: held-out test articles; "
-                                       "none: the preset's, 3 (--quick 1, --full 7).")
-  num_prompts: int | None = cli.field(None, "Chat: demo prompts; none: the preset's, "
-                                      "4 (--quick 2, --full 8).")
-  lm_max_new_tokens: int | None = cli.field(None, "CNN/DM and Chat: tokens generated "
-                                            "at most; none: the preset's, 48 (--full "
-                                            "96).")
-  max_new_tokens: int | None = cli.field(None, "EnDe: tokens generated at most; "
-                                         "none: the preset's, 40.")
-  repeats: int | None = cli.field(None, "Timed rounds of each decode, the minimum "
-                                  "counts; none: the preset's, 1 (--full 3).")
-  lm_draft: str = cli.field("draft+lookup", "SmolLM2's draft: 'draft' (distilled) or "
-                            "'draft+lookup' (mixed with a context n-gram proposal).")
-  draft: str = cli.field("best", "EnDe's draft: a shipped draft ('draft', "
-                         "'draft_distilled'), or 'best': per temperature the one of "
-                         "the higher measured alpha (model card).")
-  gamma: int | None = cli.field(None, "Fixed gamma of every task; default: per task "
-                                "and temperature, the model card's best.")
+    None, "Sampling temperatures; none: the preset's, 0,1 (--quick: 0)."
+  )
+  num_sentences: int | None = cli.field(
+    None, "EnDe: Multi30k test sentences; none: the preset's, 8 (--quick 2, --full 64)."
+  )
+  num_articles: int | None = cli.field(
+    None, "CNN/DM: held-out test articles; none: the preset's, 3 (--quick 1, --full 7)."
+  )
+  num_prompts: int | None = cli.field(
+    None, "Chat: demo prompts; none: the preset's, 4 (--quick 2, --full 8)."
+  )
+  lm_max_new_tokens: int | None = cli.field(
+    None, "CNN/DM and Chat: tokens generated at most; none: the preset's, 48 (--full 96)."
+  )
+  max_new_tokens: int | None = cli.field(
+    None, "EnDe: tokens generated at most; none: the preset's, 40."
+  )
+  repeats: int | None = cli.field(
+    None, "Timed rounds of each decode, the minimum counts; none: the preset's, 1 (--full 3)."
+  )
+  lm_draft: str = cli.field(
+    "draft+lookup",
+    "SmolLM2's draft: 'draft' (distilled) or "
+    "'draft+lookup' (mixed with a context n-gram proposal).",
+  )
+  draft: str = cli.field(
+    "best",
+    "EnDe's draft: a shipped draft ('draft', "
+    "'draft_distilled'), or 'best': per temperature the one of "
+    "the higher measured alpha (model card).",
+  )
+  gamma: int | None = cli.field(
+    None, "Fixed gamma of every task; default: per task and temperature, the model card's best."
+  )
   input_length: int = cli.field(48, "EnDe: encoder length (padded).")
   seed: int = cli.field(0, "Sampling seed.")
   plot: str = cli.field("", "A PNG of predicted and measured speed-ups ('' for none).")
@@ -114,8 +148,7 @@ def settings(config: Config) -> dict[str, Any]:
   if config.quick and config.full:
     raise ValueError("quick: --quick and --full exclude each other")
   preset = PRESETS["quick" if config.quick else "full" if config.full else "default"]
-  out = {k: (v if getattr(config, k) is None else getattr(config, k))
-         for k, v in preset.items()}
+  out = {k: (v if getattr(config, k) is None else getattr(config, k)) for k, v in preset.items()}
   out["temperatures"] = tuple(float(t) for t in out["temperatures"])
   return out
 
@@ -124,11 +157,16 @@ def _check(config: Config, s: dict[str, Any]) -> None:
   bad = [t for t in config.tasks if t not in TASKS]
   if bad or not config.tasks:
     raise ValueError(f"tasks: {list(config.tasks)} must be some of {list(TASKS)}")
-  if not s["temperatures"] or any(not 0.0 <= t < float("inf")
-                                  for t in s["temperatures"]):
+  if not s["temperatures"] or any(not 0.0 <= t < float("inf") for t in s["temperatures"]):
     raise ValueError(f"temperatures must be finite and >= 0, got {s['temperatures']}")
-  for name in ("num_sentences", "num_articles", "num_prompts", "lm_max_new_tokens",
-               "max_new_tokens", "repeats"):
+  for name in (
+    "num_sentences",
+    "num_articles",
+    "num_prompts",
+    "lm_max_new_tokens",
+    "max_new_tokens",
+    "repeats",
+  ):
     if s[name] < 1:
       raise ValueError(f"{name} must be >= 1, got {s[name]}")
   if config.input_length < 2:
@@ -147,17 +185,19 @@ def _check(config: Config, s: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------
 def encode_inputs(vocab, sentences: list[str], length: int) -> list[jax.Array]:
   """Each English sentence as T5 encoder ids [1, length] (prefix, EOS, padding)."""
-  return [jnp.asarray(vocab.encode_padded(TRANSLATE_PREFIX + s, length))[None]
-          for s in sentences]
+  return [jnp.asarray(vocab.encode_padded(TRANSLATE_PREFIX + s, length))[None] for s in sentences]
 
 
-def lm_inputs(tokenizer, prompts: Sequence[str], pad_id: int,
-              length: int | None = None) -> list[jax.Array]:
+def lm_inputs(
+  tokenizer, prompts: Sequence[str], pad_id: int, length: int | None = None
+) -> list[jax.Array]:
   """Each user message through the chat template, right-padded with `pad_id` to
   `length` (None: the smallest power of two >= LM_MIN_PROMPT_LENGTH that holds the
   longest): [1, length] each, one compiled shape for the whole set."""
-  ids = [tokenizer.apply_chat_template([{"role": "user", "content": p}],
-                                       add_generation_prompt=True) for p in prompts]
+  ids = [
+    tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
+    for p in prompts
+  ]
   if length is None:
     length = pad_length(max(len(i) for i in ids))
   return [jnp.asarray(right_pad([i], pad_id, length)) for i in ids]
@@ -192,6 +232,7 @@ def measured_best_gamma(pair: str, temperature: float, draft: str = "draft") -> 
 @dataclasses.dataclass
 class _Task:
   """One task's inputs and what its outputs are shown with."""
+
   name: str
   pair: str
   inputs: list[jax.Array]
@@ -222,14 +263,13 @@ class _Models:
         model = self.pair(pair)[1]
       else:
         model = tuple(pretrained.load_pair(pair, draft=base))[1]
-      self._drafts[(pair, name)] = (pretrained.with_context_lookup(pair, model)
-                                    if lookup else model)
+      self._drafts[(pair, name)] = pretrained.with_context_lookup(pair, model) if lookup else model
     return self._drafts[(pair, name)]
 
 
 def _lm_text(tok, output) -> str:
   """A row's generated text, the EOS that ended it left out."""
-  ids = np.asarray(output.tokens[0, :int(output.lengths[0])]).tolist()
+  ids = np.asarray(output.tokens[0, : int(output.lengths[0])]).tolist()
   return tok.decode(ids[:-1] if ids and ids[-1] == tok.eos_id else ids)
 
 
@@ -238,37 +278,59 @@ def _tasks(config: Config, s: dict[str, Any], models: _Models) -> list[_Task]:
   lm = [t for t in config.tasks if TASK_PAIRS[t] == LM_PAIR]
   if lm:
     target, _, tok = models.pair(LM_PAIR)
-    prompts = {"cnndm": demo_prompts.cnndm_prompts(s["num_articles"]),
-               "chat": demo_prompts.chat_prompts(s["num_prompts"])}
+    prompts = {
+      "cnndm": demo_prompts.cnndm_prompts(s["num_articles"]),
+      "chat": demo_prompts.chat_prompts(s["num_prompts"]),
+    }
     # One pad length for both tasks: they run the same compiled decoders.
-    longest = max(len(tok.apply_chat_template([{"role": "user", "content": p}],
-                                              add_generation_prompt=True))
-                  for t in lm for p in prompts[t])
+    longest = max(
+      len(tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True))
+      for t in lm
+      for p in prompts[t]
+    )
     length = pad_length(longest)
   for name in config.tasks:
     if name == "ende":
       _, _, vocab = models.pair(T5_PAIR)
-      sentences = pretrained.test_sentences(T5_PAIR)[:s["num_sentences"]]
-      out.append(_Task(
-          name, T5_PAIR, encode_inputs(vocab, [en for en, _ in sentences],
-                                       config.input_length), EOS_ID,
-          s["max_new_tokens"], [dict(source=en, reference=de) for en, de in sentences],
+      sentences = pretrained.test_sentences(T5_PAIR)[: s["num_sentences"]]
+      out.append(
+        _Task(
+          name,
+          T5_PAIR,
+          encode_inputs(vocab, [en for en, _ in sentences], config.input_length),
+          EOS_ID,
+          s["max_new_tokens"],
+          [dict(source=en, reference=de) for en, de in sentences],
           lambda o, vocab=vocab: vocab.decode(
-              np.asarray(o.tokens[0, :int(o.lengths[0])]).tolist())))
+            np.asarray(o.tokens[0, : int(o.lengths[0])]).tolist()
+          ),
+        )
+      )
     else:
-      out.append(_Task(
-          name, LM_PAIR, lm_inputs(tok, prompts[name], target.pad_id, length),
-          tok.eos_id, s["lm_max_new_tokens"], [dict(source=p) for p in prompts[name]],
-          lambda o, tok=tok: _lm_text(tok, o)))
+      out.append(
+        _Task(
+          name,
+          LM_PAIR,
+          lm_inputs(tok, prompts[name], target.pad_id, length),
+          tok.eos_id,
+          s["lm_max_new_tokens"],
+          [dict(source=p) for p in prompts[name]],
+          lambda o, tok=tok: _lm_text(tok, o),
+        )
+      )
   return out
 
 
 # ------------------------------------------------------------------------------
 # Timing.
 # ------------------------------------------------------------------------------
-def _time_decoders(decoders: dict[str, Callable], inputs: list[jax.Array],
-                   key: jax.Array, repeats: int, tick: Callable[[], None]
-                   ) -> tuple[dict[str, tuple[float, list]], float]:
+def _time_decoders(
+  decoders: dict[str, Callable],
+  inputs: list[jax.Array],
+  key: jax.Array,
+  repeats: int,
+  tick: Callable[[], None],
+) -> tuple[dict[str, tuple[float, list]], float]:
   """Every decoder on every input, side by side (each in turn, input by input, so
   that a slow spell of the machine falls on all alike): per decoder (seconds per
   generated token: the sum over inputs of each one's minimum over `repeats` timed
@@ -300,9 +362,13 @@ def _time_decoders(decoders: dict[str, Callable], inputs: list[jax.Array],
     for name in decoders:
       best[name].append(times[name])
     compile_s += sum(max(first[n] - times[n], 0.0) for n in first)
-  per_token = {name: (sum(best[name]) / max(int(sum(int(np.sum(o.lengths))
-                                                     for o in outs[name])), 1),
-                      outs[name]) for name in decoders}
+  per_token = {
+    name: (
+      sum(best[name]) / max(int(sum(int(np.sum(o.lengths)) for o in outs[name])), 1),
+      outs[name],
+    )
+    for name in decoders
+  }
   return per_token, compile_s
 
 
@@ -311,16 +377,22 @@ def _pooled(outputs) -> Any:
 
 
 def _identical(base_out: list, spec_out: list) -> bool:
-  return all(bool(jnp.array_equal(b.tokens, s.tokens))
-             for b, s in zip(base_out, spec_out))
+  return all(bool(jnp.array_equal(b.tokens, s.tokens)) for b, s in zip(base_out, spec_out))
 
 
 def _nonfinite(outputs: list) -> int:
   return int(sum(int(np.sum(o.stats.nonfinite)) for o in outputs))
 
 
-def _row(task: _Task, temperature: float, draft_name: str, gamma: int, costs: dict,
-         rule: adaptive.AutoGamma, timed: dict) -> dict[str, Any]:
+def _row(
+  task: _Task,
+  temperature: float,
+  draft_name: str,
+  gamma: int,
+  costs: dict,
+  rule: adaptive.AutoGamma,
+  timed: dict,
+) -> dict[str, Any]:
   """One Table-2-style row: the fixed gamma's alpha, c, v, measured and predicted
   speed-up (Theorem 3.8 with the measured v), AutoGamma's, and at temperature 0
   whether both speculative decodes equal the baseline."""
@@ -334,20 +406,31 @@ def _row(task: _Task, temperature: float, draft_name: str, gamma: int, costs: di
   counts = np.sum(np.asarray(auto_stats.gamma_counts), axis=0)
   auto_predicted = bench_adaptive.speedup_in_steps(rule, auto_out, base_out)
   row = dict(
-      task=task.name, pair=task.pair, temperature=temperature, draft=draft_name,
-      inputs=len(task.inputs), gamma=gamma, alpha=alpha, c=costs["c"], v=costs["v"],
-      tokens_per_iteration=pooled_tokens_per_iteration(stats),
-      eq1_tokens_per_iteration=float(theory.expected_tokens(alpha, gamma)),
-      baseline_ms_per_token=base_s * 1e3, speculative_ms_per_token=fixed_s * 1e3,
-      speedup=base_s / fixed_s, predicted_speedup=predicted,
-      measured_over_predicted=base_s / fixed_s / predicted,
-      auto_gammas=list(rule.gammas),
-      auto_histogram={str(g): int(n) for g, n in zip(rule.gammas, counts)},
-      auto_ms_per_token=auto_s * 1e3, auto_speedup=base_s / auto_s,
-      auto_predicted_speedup=auto_predicted,
-      auto_measured_over_predicted=base_s / auto_s / auto_predicted,
-      costs=costs,
-      nonfinite_positions=_nonfinite(base_out + fixed_out + auto_out))
+    task=task.name,
+    pair=task.pair,
+    temperature=temperature,
+    draft=draft_name,
+    inputs=len(task.inputs),
+    gamma=gamma,
+    alpha=alpha,
+    c=costs["c"],
+    v=costs["v"],
+    tokens_per_iteration=pooled_tokens_per_iteration(stats),
+    eq1_tokens_per_iteration=float(theory.expected_tokens(alpha, gamma)),
+    baseline_ms_per_token=base_s * 1e3,
+    speculative_ms_per_token=fixed_s * 1e3,
+    speedup=base_s / fixed_s,
+    predicted_speedup=predicted,
+    measured_over_predicted=base_s / fixed_s / predicted,
+    auto_gammas=list(rule.gammas),
+    auto_histogram={str(g): int(n) for g, n in zip(rule.gammas, counts)},
+    auto_ms_per_token=auto_s * 1e3,
+    auto_speedup=base_s / auto_s,
+    auto_predicted_speedup=auto_predicted,
+    auto_measured_over_predicted=base_s / auto_s / auto_predicted,
+    costs=costs,
+    nonfinite_positions=_nonfinite(base_out + fixed_out + auto_out),
+  )
   if temperature == 0.0:
     row["identical_fixed"] = _identical(base_out, fixed_out)
     row["identical_auto"] = _identical(base_out, auto_out)
@@ -361,8 +444,7 @@ class _Bar:
   def __init__(self, total: int, enabled: bool):
     self._bar = None
     if enabled:
-      self._bar = cli.progress_bar(total=total, desc="demo", unit="step",
-                                   dynamic_ncols=True)
+      self._bar = cli.progress_bar(total=total, desc="demo", unit="step", dynamic_ncols=True)
 
   def describe(self, text: str) -> None:
     if self._bar is not None:
@@ -392,8 +474,9 @@ def run(config: Config) -> dict[str, Any]:
   s = settings(config)
   _check(config, s)
   if config.draft != "best" and config.draft not in pretrained.drafts(T5_PAIR):
-    raise ValueError(f"draft must be 'best' or one of {list(pretrained.drafts(T5_PAIR))}"
-                     f", got {config.draft!r}")
+    raise ValueError(
+      f"draft must be 'best' or one of {list(pretrained.drafts(T5_PAIR))}, got {config.draft!r}"
+    )
   start = time.perf_counter()
   bar = _Bar(_steps(s, config.tasks), config.progress)
   try:
@@ -413,57 +496,76 @@ def run(config: Config) -> dict[str, Any]:
         if task.pair == LM_PAIR:
           draft_name = config.lm_draft
         else:
-          draft_name = (pretrained.best_draft(task.pair, temperature)
-                        if config.draft == "best" else config.draft)
+          draft_name = (
+            pretrained.best_draft(task.pair, temperature)
+            if config.draft == "best"
+            else config.draft
+          )
         draft = models.draft(task.pair, draft_name)
-        gamma = (measured_best_gamma(task.pair, temperature, draft_name)
-                 if config.gamma is None else config.gamma)
+        gamma = (
+          measured_best_gamma(task.pair, temperature, draft_name)
+          if config.gamma is None
+          else config.gamma
+        )
         rule = pretrained.auto_gamma(task.pair, temperature, 1, draft_name)
         sampling = SamplingConfig(temperature=temperature)
         decoders = dict(
-            baseline=autoregressive_decoder(target, task.max_new_tokens,
-                                                    sampling, task.eos_id),
-            fixed=speculative_decoder(target, draft, gamma, task.max_new_tokens,
-                                              sampling, task.eos_id),
-            auto=speculative_decoder(target, draft, rule, task.max_new_tokens,
-                                             sampling, task.eos_id))
+          baseline=autoregressive_decoder(target, task.max_new_tokens, sampling, task.eos_id),
+          fixed=speculative_decoder(
+            target, draft, gamma, task.max_new_tokens, sampling, task.eos_id
+          ),
+          auto=speculative_decoder(target, draft, rule, task.max_new_tokens, sampling, task.eos_id),
+        )
         # c and v depend on the models, gamma and the cache's shape, not on the
         # temperature: measured once per pair, draft, gamma and input shape.
-        cost_key = (task.pair, draft_name, gamma, task.inputs[0].shape,
-                    task.max_new_tokens)
+        cost_key = (task.pair, draft_name, gamma, task.inputs[0].shape, task.max_new_tokens)
         if cost_key not in costs_cache:
           costs_cache[cost_key] = step_costs(
-              target, draft, task.inputs[0], gamma, task.max_new_tokens + gamma + 1,
-              repeats=2, steps=8, rounds=2)
+            target,
+            draft,
+            task.inputs[0],
+            gamma,
+            task.max_new_tokens + gamma + 1,
+            repeats=2,
+            steps=8,
+            rounds=2,
+          )
         bar.tick()
-        timed, seconds = _time_decoders(decoders, task.inputs,
-                                        jax.random.fold_in(key, len(rows)),
-                                        s["repeats"], bar.tick)
+        timed, seconds = _time_decoders(
+          decoders, task.inputs, jax.random.fold_in(key, len(rows)), s["repeats"], bar.tick
+        )
         compile_s += seconds
-        rows.append(_row(task, temperature, draft_name, gamma, costs_cache[cost_key],
-                         rule, timed))
+        rows.append(_row(task, temperature, draft_name, gamma, costs_cache[cost_key], rule, timed))
         if temperature == s["temperatures"][0]:
           examples[task.name] = [
-              dict(e, output=task.decode_text(o))
-              for e, o in zip(task.examples[:3], timed["fixed"][1][:3])]
+            dict(e, output=task.decode_text(o))
+            for e, o in zip(task.examples[:3], timed["fixed"][1][:3])
+          ]
   finally:
     bar.close()
   total = time.perf_counter() - start
   result = dict(
-      rows=rows, examples=examples,
-      seconds=dict(load=load_s, compile=compile_s,
-                   decode=total - load_s - compile_s, total=total),
-      settings=dict(s, tasks=list(config.tasks), lm_draft=config.lm_draft,
-                    cnndm_articles=list(demo_prompts.CNNDM_ARTICLES[:s["num_articles"]]),
-                    lm_prompt_length=next((int(t.inputs[0].shape[1]) for t in tasks
-                                           if t.pair == LM_PAIR), None),
-                    backend=jax.devices()[0].platform,
-                    compilation_cache=compile_cache.current()))
+    rows=rows,
+    examples=examples,
+    seconds=dict(load=load_s, compile=compile_s, decode=total - load_s - compile_s, total=total),
+    settings=dict(
+      s,
+      tasks=list(config.tasks),
+      lm_draft=config.lm_draft,
+      cnndm_articles=list(demo_prompts.CNNDM_ARTICLES[: s["num_articles"]]),
+      lm_prompt_length=next((int(t.inputs[0].shape[1]) for t in tasks if t.pair == LM_PAIR), None),
+      backend=jax.devices()[0].platform,
+      compilation_cache=compile_cache.current(),
+    ),
+  )
   if config.plot:
     os.makedirs(os.path.dirname(os.path.abspath(config.plot)), exist_ok=True)
     save_plot(result, config.plot)
-  differ = [f"{r['task']} ({r['draft']})" for r in rows
-            if r["temperature"] == 0.0 and not r["identical_to_baseline"]]
+  differ = [
+    f"{r['task']} ({r['draft']})"
+    for r in rows
+    if r["temperature"] == 0.0 and not r["identical_to_baseline"]
+  ]
   if differ:
     raise RuntimeError(f"temperature 0 output differs from the baseline: {differ}")
   return result
@@ -480,17 +582,40 @@ def format_table(result: dict[str, Any]) -> str:
   rows = []
   for r in result["rows"]:
     chosen = " ".join(f"{g}:{n}" for g, n in r["auto_histogram"].items() if n)
-    same = ("-" if "identical_to_baseline" not in r
-            else "yes" if r["identical_to_baseline"] else "NO")
-    rows.append([
-        TASK_NAMES.get(r["task"], r["task"]), r["draft"],
+    same = (
+      "-" if "identical_to_baseline" not in r else "yes" if r["identical_to_baseline"] else "NO"
+    )
+    rows.append(
+      [
+        TASK_NAMES.get(r["task"], r["task"]),
+        r["draft"],
         report.temp_key(r["temperature"]),
-        f"{r['alpha']:.2f}", f"{r['c']:.3f}", f"{r['v']:.2f}", str(r["gamma"]),
-        _ratio(r["speedup"], r["predicted_speedup"]), chosen or "-",
-        _ratio(r["auto_speedup"], r["auto_predicted_speedup"]), same])
+        f"{r['alpha']:.2f}",
+        f"{r['c']:.3f}",
+        f"{r['v']:.2f}",
+        str(r["gamma"]),
+        _ratio(r["speedup"], r["predicted_speedup"]),
+        chosen or "-",
+        _ratio(r["auto_speedup"], r["auto_predicted_speedup"]),
+        same,
+      ]
+    )
   return report.markdown_table(
-      ["task", "draft", "temp", "alpha", "c", "v", "gamma", "speed-up (meas / pred)",
-       "AutoGamma gamma:iterations", "AutoGamma (meas / pred)", "T=0 identical"], rows)
+    [
+      "task",
+      "draft",
+      "temp",
+      "alpha",
+      "c",
+      "v",
+      "gamma",
+      "speed-up (meas / pred)",
+      "AutoGamma gamma:iterations",
+      "AutoGamma (meas / pred)",
+      "T=0 identical",
+    ],
+    rows,
+  )
 
 
 def _footnote(result: dict[str, Any]) -> str:
@@ -500,18 +625,21 @@ def _footnote(result: dict[str, Any]) -> str:
     name = row["task"]
     if any(name == x.split(":")[0] for x in tasks):
       continue
-    what = dict(ende=f"{row['inputs']} Multi30k test_2016 sentences, T5 pair "
-                     f"{T5_PAIR}, {s['max_new_tokens']} new tokens at most",
-                cnndm=f"{row['inputs']} held-out CNN/DM test articles (file indices "
-                      f"{', '.join(map(str, s['cnndm_articles']))}), SmolLM2-135M-"
-                      f"Instruct, {s['lm_max_new_tokens']} new tokens at most",
-                chat=f"{row['inputs']} demo prompts, SmolLM2-135M-Instruct, "
-                     f"{s['lm_max_new_tokens']} new tokens at most")[name]
+    what = dict(
+      ende=f"{row['inputs']} Multi30k test_2016 sentences, T5 pair "
+      f"{T5_PAIR}, {s['max_new_tokens']} new tokens at most",
+      cnndm=f"{row['inputs']} held-out CNN/DM test articles (file indices "
+      f"{', '.join(map(str, s['cnndm_articles']))}), SmolLM2-135M-"
+      f"Instruct, {s['lm_max_new_tokens']} new tokens at most",
+      chat=f"{row['inputs']} demo prompts, SmolLM2-135M-Instruct, "
+      f"{s['lm_max_new_tokens']} new tokens at most",
+    )[name]
     if name != "ende" and s.get("lm_prompt_length"):
       what += f", prompts right-padded to {s['lm_prompt_length']} tokens"
     tasks.append(f"{name}: {what}")
   cache = s["compilation_cache"] or "off (SPECDEC_CACHE_DIR)"
-  return "\n".join([
+  return "\n".join(
+    [
       f"Batch 1, {s['backend']}, float32; {'; '.join(tasks)}.",
       "alpha: pooled over the fixed-gamma decodes; c = t_q / t_p1 and v = "
       "t_p(gamma+1) / t_p1, each step timed inside a compiled loop in this run; "
@@ -521,14 +649,18 @@ def _footnote(result: dict[str, Any]) -> str:
       f"over speculative, the minimum of {s['repeats']} timed round(s) per input.",
       f"Time: {t['total']:.0f} s in all: loading {t['load']:.0f} s, compiling "
       f"{t['compile']:.0f} s (the first call of each decode loop, less its decode), "
-      f"decoding and timing {t['decode']:.0f} s. Compilation cache: {cache}."])
+      f"decoding and timing {t['decode']:.0f} s. Compilation cache: {cache}.",
+    ]
+  )
 
 
 def _render_examples(result: dict[str, Any]) -> list[str]:
   lines = []
   for task, examples in result["examples"].items():
-    lines.append(f"\n{TASK_NAMES.get(task, task)} (temperature "
-                 f"{result['settings']['temperatures'][0]:g}, speculative):")
+    lines.append(
+      f"\n{TASK_NAMES.get(task, task)} (temperature "
+      f"{result['settings']['temperatures'][0]:g}, speculative):"
+    )
     for e in examples[:3]:
       source = e["source"] if len(e["source"]) <= 160 else e["source"][:157] + "..."
       if "reference" in e:
@@ -539,13 +671,20 @@ def _render_examples(result: dict[str, Any]) -> list[str]:
 
 
 def render(result: dict[str, Any]) -> str:
-  lines = ["Speculative decoding on the shipped pairs: the paper's Table 2 in shape", "",
-           format_table(result), "", _footnote(result)]
+  lines = [
+    "Speculative decoding on the shipped pairs: the paper's Table 2 in shape",
+    "",
+    format_table(result),
+    "",
+    _footnote(result),
+  ]
   for row in result["rows"]:
     if row["nonfinite_positions"]:
-      lines.append(f"WARNING: {row['task']}, temperature {row['temperature']:g}: "
-                   f"{row['nonfinite_positions']} decoded positions had non-finite "
-                   "logits (NaN, +inf or no finite value): the model is broken there")
+      lines.append(
+        f"WARNING: {row['task']}, temperature {row['temperature']:g}: "
+        f"{row['nonfinite_positions']} decoded positions had non-finite "
+        "logits (NaN, +inf or no finite value): the model is broken there"
+      )
   return "\n".join(lines + _render_examples(result))
 
 
@@ -553,6 +692,7 @@ def save_plot(result: dict[str, Any], path: str) -> None:
   """Predicted speed-up against gamma per row (its alpha, c and v), and the measured
   one at the card's gamma."""
   from specdec import _optional  # pylint: disable=g-import-not-at-top
+
   matplotlib = _optional.require("matplotlib", "bench", purpose="the plot")
   matplotlib.use("Agg")
   plt = _optional.require("matplotlib.pyplot", "bench", purpose="the plot")
@@ -561,9 +701,8 @@ def save_plot(result: dict[str, Any], path: str) -> None:
   for r in result["rows"]:
     curve = theory.walltime_improvement(r["alpha"], gammas, r["c"], v=r["v"])
     label = f"{TASK_NAMES.get(r['task'], r['task'])}, temp {r['temperature']:g}"
-    line, = ax.plot(gammas, curve, label=f"predicted, {label} (alpha {r['alpha']:.2f})")
-    ax.plot([r["gamma"]], [r["speedup"]], "o", color=line.get_color(),
-            label=f"measured, {label}")
+    (line,) = ax.plot(gammas, curve, label=f"predicted, {label} (alpha {r['alpha']:.2f})")
+    ax.plot([r["gamma"]], [r["speedup"]], "o", color=line.get_color(), label=f"measured, {label}")
   ax.axhline(1.0, color="gray", lw=0.5)
   ax.set_xlabel("gamma")
   ax.set_ylabel("speed-up over the baseline")

@@ -33,9 +33,10 @@ def cnndm_articles(count: int) -> list[str]:
   if not 1 <= count <= len(CNNDM_ARTICLES):
     raise ValueError(f"num_articles must be in [1, {len(CNNDM_ARTICLES)}], got {count}")
   records = data.read_jsonl(data.CNNDM_FILE, ("article",))
-  return [lm_prompts.first_sentences(records[i]["article"], ARTICLE_SENTENCES,
-                                     ARTICLE_MAX_CHARS)
-          for i in CNNDM_ARTICLES[:count]]
+  return [
+    lm_prompts.first_sentences(records[i]["article"], ARTICLE_SENTENCES, ARTICLE_MAX_CHARS)
+    for i in CNNDM_ARTICLES[:count]
+  ]
 
 
 def cnndm_prompts(count: int) -> list[str]:
@@ -46,6 +47,5 @@ def cnndm_prompts(count: int) -> list[str]:
 def chat_prompts(count: int) -> list[str]:
   """The first `count` of `lm_prompts.DEMO_PROMPTS`."""
   if not 1 <= count <= len(lm_prompts.DEMO_PROMPTS):
-    raise ValueError(f"num_prompts must be in [1, {len(lm_prompts.DEMO_PROMPTS)}], "
-                     f"got {count}")
+    raise ValueError(f"num_prompts must be in [1, {len(lm_prompts.DEMO_PROMPTS)}], got {count}")
   return list(lm_prompts.DEMO_PROMPTS[:count])

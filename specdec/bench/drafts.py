@@ -11,7 +11,8 @@ texts (`lm_text_corpus`), or any target's own greedy outputs on other prompts
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -30,9 +31,12 @@ LM_TEXT_SOURCES = ((data.CNNDM_TASK, "article"), (data.WMT_TASK, "de"))
 SKIP_PREFIX = "skip:"
 
 
-def ngram_drafts(corpus: Sequence[Sequence[int]], vocab_size: int,
-                 names: Sequence[str] = NGRAM_DRAFTS,
-                 start_token: int | None = 0) -> dict[str, Any]:
+def ngram_drafts(
+  corpus: Sequence[Sequence[int]],
+  vocab_size: int,
+  names: Sequence[str] = NGRAM_DRAFTS,
+  start_token: int | None = 0,
+) -> dict[str, Any]:
   """{name: draft} for `names` of 'unigram' / 'bigram', counted over `corpus` (token
   sequences). `start_token`: the bigram's context before a sequence's first token
   (T5's decoder start 0; None where the sequences begin with the target's own start
@@ -48,20 +52,20 @@ def ngram_drafts(corpus: Sequence[Sequence[int]], vocab_size: int,
   return out
 
 
-def t5_corpus(vocab, task: str, examples: Sequence[Mapping[str, str]] = (),
-              limit: int | None = None) -> list[list[int]]:
+def t5_corpus(
+  vocab, task: str, examples: Sequence[Mapping[str, str]] = (), limit: int | None = None
+) -> list[list[int]]:
   """A T5 pair's n-gram text, ids of each text then EOS: the shipped Multi30k German
   training captions for the German tasks, the articles of `examples` (those not
   measured) for 'cnndm'."""
   if task == "cnndm":
-    lines = [e["inputs"][len(data.SUMMARIZE_PREFIX):] for e in examples]
+    lines = [e["inputs"][len(data.SUMMARIZE_PREFIX) :] for e in examples]
   else:
     lines = data.read_lines(data.MULTI30K_TRAIN_DE_FILE)
   return [vocab.encode(s) + [data.EOS_ID] for s in lines[:limit]]
 
 
-def lm_text_corpus(tokenizer, eos_id: int, exclude: Sequence[str] = ()
-                   ) -> list[list[int]]:
+def lm_text_corpus(tokenizer, eos_id: int, exclude: Sequence[str] = ()) -> list[list[int]]:
   """Token streams of the shipped text (`LM_TEXT_SOURCES`), each ended by EOS;
   examples whose first 64 characters occur in a string of `exclude` (the held-out
   prompts) are left out."""
@@ -75,9 +79,13 @@ def lm_text_corpus(tokenizer, eos_id: int, exclude: Sequence[str] = ()
   return corpus
 
 
-def target_output_corpus(target, prompts: Sequence[Sequence[int]] | np.ndarray,
-                         eos_id: int, max_new_tokens: int, batch: int
-                         ) -> list[list[int]]:
+def target_output_corpus(
+  target,
+  prompts: Sequence[Sequence[int]] | np.ndarray,
+  eos_id: int,
+  max_new_tokens: int,
+  batch: int,
+) -> list[list[int]]:
   """Per prompt, [the target's start token, its greedy output up to and including
   EOS]: what a draft sees and must predict when drafting for the target (build the
   bigram with start_token=None)."""
@@ -88,12 +96,12 @@ def target_output_corpus(target, prompts: Sequence[Sequence[int]] | np.ndarray,
   corpus = []
   greedy = SamplingConfig(temperature=0.0)
   for x, size in batched(inputs, batch):
-    out = autoregressive_sample(target, x, jax.random.key(0),
-                                max_new_tokens=max_new_tokens, sampling=greedy,
-                                eos_id=eos_id)
+    out = autoregressive_sample(
+      target, x, jax.random.key(0), max_new_tokens=max_new_tokens, sampling=greedy, eos_id=eos_id
+    )
     start = np.asarray(target.start_tokens(x))
     tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
-    corpus += [[int(start[b])] + tokens[b, :lengths[b]].tolist() for b in range(size)]
+    corpus += [[int(start[b])] + tokens[b, : lengths[b]].tolist() for b in range(size)]
   return corpus
 
 
@@ -103,17 +111,20 @@ def layer_skip_draft(target, name: str):
   arrays (`llama.Llama.with_layers`). Raises ValueError naming a malformed name."""
   num_layers = target.config.num_layers
   try:
-    skip = sorted({int(i) for i in name[len(SKIP_PREFIX):].split(",")})
+    skip = sorted({int(i) for i in name[len(SKIP_PREFIX) :].split(",")})
   except ValueError:
     skip = []
   if not skip or skip[0] < 0 or skip[-1] >= num_layers or len(skip) == num_layers:
-    raise ValueError(f"drafts: {name!r} must list some but not all of the layer "
-                     f"indices 0..{num_layers - 1} after {SKIP_PREFIX!r}")
+    raise ValueError(
+      f"drafts: {name!r} must list some but not all of the layer "
+      f"indices 0..{num_layers - 1} after {SKIP_PREFIX!r}"
+    )
   return target.with_layers([i for i in range(num_layers) if i not in skip])
 
 
-def build(names: Sequence[str], workload, corpus: list[list[int]] | None,
-          start_token: int | None) -> dict[str, Any]:
+def build(
+  names: Sequence[str], workload, corpus: list[list[int]] | None, start_token: int | None
+) -> dict[str, Any]:
   """The drafts named: the workload's own (already loaded), another shipped draft
   of its pair, a "skip:..." layer-skipping draft, or an n-gram draft of `corpus`."""
   out = {}
@@ -131,7 +142,9 @@ def build(names: Sequence[str], workload, corpus: list[list[int]] | None,
     elif workload.pair in pretrained.PAIRS:
       out[name] = pretrained.load_model(workload.pair, name)
     else:
-      raise ValueError(f"drafts: unknown draft {name!r} for {workload.pair}; have "
-                       f"{list(workload.drafts)}, {list(NGRAM_DRAFTS)} and "
-                       f"'{SKIP_PREFIX}<layers>'")
+      raise ValueError(
+        f"drafts: unknown draft {name!r} for {workload.pair}; have "
+        f"{list(workload.drafts)}, {list(NGRAM_DRAFTS)} and "
+        f"'{SKIP_PREFIX}<layers>'"
+      )
   return out

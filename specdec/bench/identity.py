@@ -53,11 +53,12 @@ Full runs (bfloat16 is emulated on a CPU, ~6x slower than float32 there):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import functools
 import re
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -70,40 +71,46 @@ from specdec.data.lm_prompts import right_pad
 from specdec.models import llama
 from specdec.models.base import DecodeModel
 
-T5_PAIR, LM_PAIR = 'multi30k_ende', 'smollm2_135m_instruct'
+T5_PAIR, LM_PAIR = "multi30k_ende", "smollm2_135m_instruct"
 # Per family: (prompts, max_new_tokens, gammas) when the flags leave them unset. The
 # LM's are small because a 135M model decodes at ~40-80 ms/token in float32 on a CPU.
-DEFAULTS = {T5_PAIR: (1000, 40, ['4', '7']), LM_PAIR: (8, 32, ['4'])}
-LM_DRAFTS = ('bigram', 'tiny_llama')
-LM_TASKS = ('cnndm', 'wmt_ende')
+DEFAULTS = {T5_PAIR: (1000, 40, ["4", "7"]), LM_PAIR: (8, 32, ["4"])}
+LM_DRAFTS = ("bigram", "tiny_llama")
+LM_TASKS = ("cnndm", "wmt_ende")
 # The chat prompts' instructions, before the shipped text.
-LM_INSTRUCTIONS = {'cnndm': 'Summarize: ', 'wmt_ende': 'Translate to German: '}
-
+LM_INSTRUCTIONS = {"cnndm": "Summarize: ", "wmt_ende": "Translate to German: "}
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
   pair: str = cli.field(T5_PAIR, f"A shipped target: {', '.join(DEFAULTS)}.")
   draft: str = cli.field("draft_distilled", "T5 pair: which shipped draft.")
-  lm_drafts: tuple[str, ...] = cli.field(LM_DRAFTS, f"LM target: drafts, of "
-                                         f"{list(LM_DRAFTS)}.")
-  lm_tasks: tuple[str, ...] = cli.field(LM_TASKS, f"LM target: prompt kinds, "
-                                        f"alternating, of {list(LM_TASKS)}.")
-  max_prompt_tokens: int = cli.field(96, "LM target: prompt tokens at most (chat "
-                                     "template included).")
-  num_sentences: int | None = cli.field(None, "Prompts (from the first); default 1000 "
-                                        "(T5) or 8 (LM).")
-  gammas: tuple[int, ...] | None = cli.field(None, "Draft tokens per iteration; "
-                                             "default 4,7 (T5) or 4 (LM).")
-  dtypes: tuple[str, ...] = cli.field(("float32", "bfloat16"), "Parameter and "
-                                      "activation dtypes of the models.")
+  lm_drafts: tuple[str, ...] = cli.field(LM_DRAFTS, f"LM target: drafts, of {list(LM_DRAFTS)}.")
+  lm_tasks: tuple[str, ...] = cli.field(
+    LM_TASKS, f"LM target: prompt kinds, alternating, of {list(LM_TASKS)}."
+  )
+  max_prompt_tokens: int = cli.field(
+    96, "LM target: prompt tokens at most (chat template included)."
+  )
+  num_sentences: int | None = cli.field(
+    None, "Prompts (from the first); default 1000 (T5) or 8 (LM)."
+  )
+  gammas: tuple[int, ...] | None = cli.field(
+    None, "Draft tokens per iteration; default 4,7 (T5) or 4 (LM)."
+  )
+  dtypes: tuple[str, ...] = cli.field(
+    ("float32", "bfloat16"), "Parameter and activation dtypes of the models."
+  )
   batch: int = cli.field(32, "Prompts per decode call.")
-  max_new_tokens: int | None = cli.field(None, "Tokens generated at most; default 40 "
-                                         "(T5), 32 (LM).")
+  max_new_tokens: int | None = cli.field(
+    None, "Tokens generated at most; default 40 (T5), 32 (LM)."
+  )
   input_length: int = cli.field(48, "T5: encoder length (padded).")
   per_position_logits: int | None = cli.field(
-      None, "T5: the target's `T5.per_position_logits`; default: "
-      "`pretrained.load_model`'s (6 on a CPU, 0 elsewhere).")
+    None,
+    "T5: the target's `T5.per_position_logits`; default: "
+    "`pretrained.load_model`'s (6 on a CPU, 0 elsewhere).",
+  )
   seed: int = cli.field(0, "LM target: the 'tiny_llama' draft's seed.")
 
 
@@ -133,40 +140,47 @@ class Workload:
   load: Callable[[Any], tuple[DecodeModel, dict[str, DecodeModel]]]
 
 
-def t5_workload(pair: str, draft: str, num: int, input_length: int,
-                per_position_logits: int | None) -> Workload:
+def t5_workload(
+  pair: str, draft: str, num: int, input_length: int, per_position_logits: int | None
+) -> Workload:
   """The shipped T5 pair on its first `num` Multi30k test_2016 sentences."""
   sentences = pretrained.test_sentences(pair)[:num]
   vocab = data.Vocabulary()
-  inputs = np.stack([vocab.encode_padded(data.TRANSLATE_PREFIX + en, input_length)
-                     for en, _ in sentences])
+  inputs = np.stack(
+    [vocab.encode_padded(data.TRANSLATE_PREFIX + en, input_length) for en, _ in sentences]
+  )
 
   def load(dtype):
-    target, d, _ = pretrained.load_pair(pair, dtype=dtype,
-                                        per_position_logits=per_position_logits,
-                                        draft=draft)
+    target, d, _ = pretrained.load_pair(
+      pair, dtype=dtype, per_position_logits=per_position_logits, draft=draft
+    )
     return target, {draft: d}
 
-  return Workload(pair=pair, prompts=f'{len(inputs)} Multi30k test_2016 sentences',
-                  inputs=inputs, eos_id=data.EOS_ID, load=load)
+  return Workload(
+    pair=pair,
+    prompts=f"{len(inputs)} Multi30k test_2016 sentences",
+    inputs=inputs,
+    eos_id=data.EOS_ID,
+    load=load,
+  )
 
 
 def fitting_prefix(text: str, fits: Callable[[str], bool]) -> str | None:
   """The longest prefix of `text` in whole sentences that `fits`, else in whole words
   of the first sentence; None when not even one word fits."""
-  sentences = re.split(r'(?<=[.!?])\s+', text.strip())
+  sentences = re.split(r"(?<=[.!?])\s+", text.strip())
   best = None
   for n in range(1, len(sentences) + 1):
-    candidate = ' '.join(sentences[:n])
+    candidate = " ".join(sentences[:n])
     if not fits(candidate):
       break
     best = candidate
   if best is None:
     words = sentences[0].split()
     for n in range(1, len(words) + 1):
-      if not fits(' '.join(words[:n])):
+      if not fits(" ".join(words[:n])):
         break
-      best = ' '.join(words[:n])
+      best = " ".join(words[:n])
   return best
 
 
@@ -174,14 +188,15 @@ def lm_texts(task: str) -> list[tuple[str, str]]:
   """(prompt source, draft corpus text) per shipped example of `task`: a CNN/DM
   article and itself, or a newstest2014 English source and its German reference
   (the language the target answers in)."""
-  examples = data.load_examples({'cnndm': data.CNNDM_TASK, 'wmt_ende': data.WMT_TASK}[task])
-  if task == 'cnndm':
-    return [(e['article'], e['article']) for e in examples]
-  return [(e['en'], e['de']) for e in examples]
+  examples = data.load_examples({"cnndm": data.CNNDM_TASK, "wmt_ende": data.WMT_TASK}[task])
+  if task == "cnndm":
+    return [(e["article"], e["article"]) for e in examples]
+  return [(e["en"], e["de"]) for e in examples]
 
 
-def lm_prompts(tok, tasks: Sequence[str], num: int, max_prompt_tokens: int
-               ) -> tuple[list[list[int]], list[str], list[str]]:
+def lm_prompts(
+  tok, tasks: Sequence[str], num: int, max_prompt_tokens: int
+) -> tuple[list[list[int]], list[str], list[str]]:
   """`num` chat prompts of at most `max_prompt_tokens` ids, the tasks taken in turn,
   each its next shipped example that fits; and the corpus of every other example.
 
@@ -189,8 +204,9 @@ def lm_prompts(tok, tasks: Sequence[str], num: int, max_prompt_tokens: int
     (prompts: token ids, one list per prompt; their user messages; corpus texts of
     the examples not used as prompts).
   """
+
   def ids(content: str) -> list[int]:
-    return tok.apply_chat_template([{'role': 'user', 'content': content}])
+    return tok.apply_chat_template([{"role": "user", "content": content}])
 
   sources = {task: lm_texts(task) for task in tasks}
   used = {task: set() for task in tasks}
@@ -201,35 +217,46 @@ def lm_prompts(tok, tasks: Sequence[str], num: int, max_prompt_tokens: int
     instruction = LM_INSTRUCTIONS[task]
     while True:
       if cursor[task] >= len(sources[task]):
-        raise ValueError(f'num_sentences: only {len(prompts)} {task} prompts fit '
-                         f'max_prompt_tokens={max_prompt_tokens}, {num} asked')
+        raise ValueError(
+          f"num_sentences: only {len(prompts)} {task} prompts fit "
+          f"max_prompt_tokens={max_prompt_tokens}, {num} asked"
+        )
       index = cursor[task]
       cursor[task] += 1
-      text = fitting_prefix(sources[task][index][0],
-                            lambda t: len(ids(instruction + t)) <= max_prompt_tokens)
+      text = fitting_prefix(
+        sources[task][index][0], lambda t: len(ids(instruction + t)) <= max_prompt_tokens
+      )
       if text is not None:
         break
     used[task].add(index)
     messages.append(instruction + text)
     prompts.append(ids(messages[-1]))
-  corpus = [target for task in tasks for i, (_, target) in enumerate(sources[task])
-            if i not in used[task]]
+  corpus = [
+    target for task in tasks for i, (_, target) in enumerate(sources[task]) if i not in used[task]
+  ]
   return prompts, messages, corpus
 
 
 def tiny_llama_draft(target: llama.Llama, dtype, seed: int) -> llama.Llama:
   """A random `llama.tiny_config` Llama over the target's vocabulary and padding."""
-  cfg = llama.tiny_config(vocab_size=target.vocab_size, tie_word_embeddings=True,
-                          max_position_embeddings=target.config.max_position_embeddings,
-                          dtype=dtype)
-  return llama.Llama(cfg, jax.device_put(llama.random_params(cfg, seed)),
-                     pad_id=target.pad_id)
+  cfg = llama.tiny_config(
+    vocab_size=target.vocab_size,
+    tie_word_embeddings=True,
+    max_position_embeddings=target.config.max_position_embeddings,
+    dtype=dtype,
+  )
+  return llama.Llama(cfg, jax.device_put(llama.random_params(cfg, seed)), pad_id=target.pad_id)
 
 
-def lm_workload(name: str, drafts: Sequence[str], tasks: Sequence[str], num: int,
-                max_prompt_tokens: int, seed: int = 0,
-                load_lm: Callable[..., tuple[llama.Llama, Any]] = pretrained.load_lm
-                ) -> Workload:
+def lm_workload(
+  name: str,
+  drafts: Sequence[str],
+  tasks: Sequence[str],
+  num: int,
+  max_prompt_tokens: int,
+  seed: int = 0,
+  load_lm: Callable[..., tuple[llama.Llama, Any]] = pretrained.load_lm,
+) -> Workload:
   """A decoder-only target on chat prompts of shipped text (module doc).
 
   Args:
@@ -245,43 +272,52 @@ def lm_workload(name: str, drafts: Sequence[str], tasks: Sequence[str], num: int
   """
   for d in drafts:
     if d not in LM_DRAFTS:
-      raise ValueError(f'lm_drafts: unknown draft {d!r}; have {list(LM_DRAFTS)}')
+      raise ValueError(f"lm_drafts: unknown draft {d!r}; have {list(LM_DRAFTS)}")
   for t in tasks:
     if t not in LM_TASKS:
-      raise ValueError(f'lm_tasks: unknown task {t!r}; have {list(LM_TASKS)}')
+      raise ValueError(f"lm_tasks: unknown task {t!r}; have {list(LM_TASKS)}")
   if not drafts or not tasks:
-    raise ValueError('lm_drafts and lm_tasks must each name at least one')
+    raise ValueError("lm_drafts and lm_tasks must each name at least one")
   target, tok = load_lm(name, dtype=jnp.float32)
   prompts, _, corpus = lm_prompts(tok, list(tasks), num, max_prompt_tokens)
   inputs = right_pad(prompts, target.pad_id)
   bigram = None
-  if 'bigram' in drafts:
+  if "bigram" in drafts:
     # No start token: both models are fed the target's start token, the prompt's
     # last; the draft's row for it is learnt from the corpus like any other.
     bigram = drafts_lib.ngram_drafts(
-        [tok.encode(text, add_special_tokens=False) + [tok.eos_id] for text in corpus],
-        target.vocab_size, ['bigram'], start_token=None)['bigram']
+      [tok.encode(text, add_special_tokens=False) + [tok.eos_id] for text in corpus],
+      target.vocab_size,
+      ["bigram"],
+      start_token=None,
+    )["bigram"]
 
   def load(dtype):
     model = target if jnp.dtype(dtype) == jnp.float32 else load_lm(name, dtype=dtype)[0]
     out = {}
     for d in drafts:
-      out[d] = bigram if d == 'bigram' else tiny_llama_draft(model, dtype, seed)
+      out[d] = bigram if d == "bigram" else tiny_llama_draft(model, dtype, seed)
     return model, out
 
-  counts = ', '.join(f'{sum(1 for i in range(num) if tasks[i % len(tasks)] == t)} '
-                     f'{t}' for t in tasks)
-  return Workload(pair=name, prompts=f'{num} chat prompts ({counts}, <= '
-                  f'{max_prompt_tokens} tokens)', inputs=inputs, eos_id=tok.eos_id,
-                  load=load)
+  counts = ", ".join(
+    f"{sum(1 for i in range(num) if tasks[i % len(tasks)] == t)} {t}" for t in tasks
+  )
+  return Workload(
+    pair=name,
+    prompts=f"{num} chat prompts ({counts}, <= {max_prompt_tokens} tokens)",
+    inputs=inputs,
+    eos_id=tok.eos_id,
+    load=load,
+  )
 
 
 # ------------------------------------------------------------------------------
 # The measurement, for any DecodeModel.
 # ------------------------------------------------------------------------------
-@functools.partial(jax.jit, static_argnames=('chunk',))
-def teacher_forced(model: DecodeModel, inputs: jax.Array, decoder_tokens: jax.Array, *,
-                   chunk: int) -> jax.Array:
+@functools.partial(jax.jit, static_argnames=("chunk",))
+def teacher_forced(
+  model: DecodeModel, inputs: jax.Array, decoder_tokens: jax.Array, *, chunk: int
+) -> jax.Array:
   """float32 logits [B, L, V] of `decoder_tokens` [B, L] (see `decoder_inputs`) fed
   after `model.init(inputs)` in chunks of `chunk` (the last one padded with token 0,
   whose logits are dropped)."""
@@ -298,9 +334,10 @@ def teacher_forced(model: DecodeModel, inputs: jax.Array, decoder_tokens: jax.Ar
   return jnp.moveaxis(logits, 0, 1).reshape(batch, -1, logits.shape[-1])[:, :length]
 
 
-@functools.partial(jax.jit, static_argnames=('chunk',))
-def chunk_logits_at(model: DecodeModel, inputs: jax.Array, decoder_tokens: jax.Array,
-                    start: jax.Array, *, chunk: int) -> jax.Array:
+@functools.partial(jax.jit, static_argnames=("chunk",))
+def chunk_logits_at(
+  model: DecodeModel, inputs: jax.Array, decoder_tokens: jax.Array, start: jax.Array, *, chunk: int
+) -> jax.Array:
   """float32 logits [chunk, V] of one row: `decoder_tokens` [1, L] up to `start` fed
   one at a time, then the chunk `decoder_tokens[0, start:start + chunk]` in one call
   (`decoder_tokens` must hold start + chunk tokens)."""
@@ -309,8 +346,7 @@ def chunk_logits_at(model: DecodeModel, inputs: jax.Array, decoder_tokens: jax.A
     token = jax.lax.dynamic_slice_in_dim(decoder_tokens, i, 1, axis=1)
     return model.extend(state, token)[1]
 
-  state = jax.lax.fori_loop(0, start, single,
-                            model.init(inputs, decoder_tokens.shape[1]))
+  state = jax.lax.fori_loop(0, start, single, model.init(inputs, decoder_tokens.shape[1]))
   tokens = jax.lax.dynamic_slice_in_dim(decoder_tokens, start, chunk, axis=1)
   return model.extend(state, tokens)[0][0].astype(jnp.float32)
 
@@ -319,8 +355,7 @@ def decoder_inputs(tokens: np.ndarray, start: np.ndarray) -> np.ndarray:
   """[B, L] output tokens -> the tokens fed to predict them: [start_b, y_1..y_L-1],
   start = the model's `start_tokens` [B] (T5: 0; a causal LM: the prompt's last)."""
   start = np.asarray(start, tokens.dtype).reshape(-1, 1)
-  return np.concatenate([np.broadcast_to(start, (len(tokens), 1)), tokens[:, :-1]],
-                        axis=1)
+  return np.concatenate([np.broadcast_to(start, (len(tokens), 1)), tokens[:, :-1]], axis=1)
 
 
 def top2_gap(logits: np.ndarray) -> np.ndarray:
@@ -336,31 +371,52 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> int | None:
   return int(diff[0]) if diff.size else None
 
 
-def decode_batch(target: DecodeModel, drafts: Mapping[str, DecodeModel],
-                 inputs: jax.Array, gammas: list[int], max_new_tokens: int, eos_id: int
-                 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, int]]]:
+def decode_batch(
+  target: DecodeModel,
+  drafts: Mapping[str, DecodeModel],
+  inputs: jax.Array,
+  gammas: list[int],
+  max_new_tokens: int,
+  eos_id: int,
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, int]]]:
   """Greedy decodes of `inputs` [B, S]: output tokens [B, max_new_tokens] of the
   baseline ('baseline') and of speculative decoding with each draft at each gamma
   ('draft/gamma'); and per speculative decode, (accepted, drafted) tokens in all."""
   key = jax.random.key(0)
-  outputs = {'baseline': np.asarray(specdec.autoregressive_sample(
-      target, inputs, key, max_new_tokens=max_new_tokens, sampling=GREEDY,
-      eos_id=eos_id).tokens)}
+  outputs = {
+    "baseline": np.asarray(
+      specdec.autoregressive_sample(
+        target, inputs, key, max_new_tokens=max_new_tokens, sampling=GREEDY, eos_id=eos_id
+      ).tokens
+    )
+  }
   acceptance = {}
   for name, draft in drafts.items():
     for g in gammas:
-      out = specdec.speculative_sample(target, draft, inputs, key, gamma=g,
-                                       max_new_tokens=max_new_tokens, sampling=GREEDY,
-                                       eos_id=eos_id)
-      outputs[f'{name}/{g}'] = np.asarray(out.tokens)
-      acceptance[f'{name}/{g}'] = (int(out.stats.accepted.sum()),
-                                   int(out.stats.drafted.sum()))
+      out = specdec.speculative_sample(
+        target,
+        draft,
+        inputs,
+        key,
+        gamma=g,
+        max_new_tokens=max_new_tokens,
+        sampling=GREEDY,
+        eos_id=eos_id,
+      )
+      outputs[f"{name}/{g}"] = np.asarray(out.tokens)
+      acceptance[f"{name}/{g}"] = (int(out.stats.accepted.sum()), int(out.stats.drafted.sum()))
   return outputs, acceptance
 
 
-def mismatch_report(target: DecodeModel, inputs: np.ndarray, base: np.ndarray,
-                    spec: np.ndarray, logits: np.ndarray, j: int, gamma: int
-                    ) -> dict[str, Any]:
+def mismatch_report(
+  target: DecodeModel,
+  inputs: np.ndarray,
+  base: np.ndarray,
+  spec: np.ndarray,
+  logits: np.ndarray,
+  j: int,
+  gamma: int,
+) -> dict[str, Any]:
   """One row's mismatch at its first differing position j (see the module doc).
 
   Args:
@@ -376,22 +432,27 @@ def mismatch_report(target: DecodeModel, inputs: np.ndarray, base: np.ndarray,
   top = np.argsort(logits)[::-1][:2]
   tokens = np.zeros((1, len(base) + gamma + 1), np.int32)
   start = np.asarray(target.start_tokens(jnp.asarray(inputs)))
-  tokens[0, :len(base)] = decoder_inputs(base[None], start)[0]
+  tokens[0, : len(base)] = decoder_inputs(base[None], start)[0]
   chunk_diffs, chunk_argmaxes = [], []
   for offset in range(min(gamma, j) + 1):
-    chunked = np.asarray(chunk_logits_at(target, jnp.asarray(inputs),
-                                         jnp.asarray(tokens), jnp.int32(j - offset),
-                                         chunk=gamma + 1))[offset]
+    chunked = np.asarray(
+      chunk_logits_at(
+        target, jnp.asarray(inputs), jnp.asarray(tokens), jnp.int32(j - offset), chunk=gamma + 1
+      )
+    )[offset]
     chunk_diffs.append(float(np.max(np.abs(chunked - logits))))
     chunk_argmaxes.append(int(np.argmax(chunked)))
-  return dict(position=j, baseline_token=base_token, speculative_token=spec_token,
-              single_top2=[int(t) for t in top],
-              single_top2_gap=float(top2_gap(logits)),
-              single_margin_baseline_over_speculative=float(
-                  logits[base_token] - logits[spec_token]),
-              max_abs_chunk_minus_single=max(chunk_diffs),
-              chunk_argmax_is_speculative_token=spec_token in chunk_argmaxes,
-              chunk_argmaxes=chunk_argmaxes)
+  return dict(
+    position=j,
+    baseline_token=base_token,
+    speculative_token=spec_token,
+    single_top2=[int(t) for t in top],
+    single_top2_gap=float(top2_gap(logits)),
+    single_margin_baseline_over_speculative=float(logits[base_token] - logits[spec_token]),
+    max_abs_chunk_minus_single=max(chunk_diffs),
+    chunk_argmax_is_speculative_token=spec_token in chunk_argmaxes,
+    chunk_argmaxes=chunk_argmaxes,
+  )
 
 
 def generated_mask(tokens: np.ndarray, eos_id: int) -> np.ndarray:
@@ -400,9 +461,15 @@ def generated_mask(tokens: np.ndarray, eos_id: int) -> np.ndarray:
   return after_eos == 0
 
 
-def measure(target: DecodeModel, drafts: Mapping[str, DecodeModel], inputs: np.ndarray,
-            gammas: list[int], batch: int, max_new_tokens: int, eos_id: int
-            ) -> dict[str, Any]:
+def measure(
+  target: DecodeModel,
+  drafts: Mapping[str, DecodeModel],
+  inputs: np.ndarray,
+  gammas: list[int],
+  batch: int,
+  max_new_tokens: int,
+  eos_id: int,
+) -> dict[str, Any]:
   """Decodes `inputs` [N, S] in batches of `batch` (the last padded with copies of
   row 0, then dropped) and compares; see the module doc.
 
@@ -413,113 +480,176 @@ def measure(target: DecodeModel, drafts: Mapping[str, DecodeModel], inputs: np.n
   """
   decode_s, gaps = 0.0, []
   per_gamma = {str(g): dict(diffs=[], below=0) for g in gammas}
-  per_run = {f'{d}/{g}': dict(mismatches=[], accepted=0, drafted=0)
-             for d in drafts for g in gammas}
+  per_run = {f"{d}/{g}": dict(mismatches=[], accepted=0, drafted=0) for d in drafts for g in gammas}
   for lo in range(0, len(inputs), batch):
-    rows = inputs[lo:lo + batch]
+    rows = inputs[lo : lo + batch]
     x = jnp.asarray(np.concatenate([rows, np.repeat(rows[:1], batch - len(rows), 0)]))
     start = time.perf_counter()
-    outputs, acceptance = decode_batch(target, drafts, x, gammas, max_new_tokens,
-                                       eos_id)
+    outputs, acceptance = decode_batch(target, drafts, x, gammas, max_new_tokens, eos_id)
     decode_s += time.perf_counter() - start
-    base = outputs['baseline'][:len(rows)]
+    base = outputs["baseline"][: len(rows)]
     # Teacher-forced over the baseline's tokens; positions past a row's EOS are
     # never compared.
-    d = jnp.asarray(decoder_inputs(outputs['baseline'],
-                                   np.asarray(target.start_tokens(x))))
-    single = np.asarray(teacher_forced(target, x, d, chunk=1))[:len(rows)]
+    d = jnp.asarray(decoder_inputs(outputs["baseline"], np.asarray(target.start_tokens(x))))
+    single = np.asarray(teacher_forced(target, x, d, chunk=1))[: len(rows)]
     valid = generated_mask(base, eos_id)
     batch_gaps = top2_gap(single)[valid]
     gaps.append(batch_gaps)
     for g in gammas:
-      chunked = np.asarray(teacher_forced(target, x, d, chunk=g + 1))[:len(rows)]
+      chunked = np.asarray(teacher_forced(target, x, d, chunk=g + 1))[: len(rows)]
       diff = np.max(np.abs(chunked - single), axis=-1)[valid]
       stats = per_gamma[str(g)]
-      stats['diffs'].append(diff)
-      stats['below'] += int((batch_gaps < diff.max()).sum())
+      stats["diffs"].append(diff)
+      stats["below"] += int((batch_gaps < diff.max()).sum())
     # Acceptance counts the padded copies too: they decode like row 0.
     for run, stats in per_run.items():
-      stats['accepted'] += acceptance[run][0]
-      stats['drafted'] += acceptance[run][1]
-      g = int(run.rsplit('/', 1)[1])
-      spec = outputs[run][:len(rows)]
+      stats["accepted"] += acceptance[run][0]
+      stats["drafted"] += acceptance[run][1]
+      g = int(run.rsplit("/", 1)[1])
+      spec = outputs[run][: len(rows)]
       for i in range(len(rows)):
         j = first_difference(base[i], spec[i])
         if j is not None:
-          stats['mismatches'].append(dict(
-              row=lo + i, **mismatch_report(target, rows[i:i + 1], base[i], spec[i],
-                                            single[i, j], j, g)))
+          stats["mismatches"].append(
+            dict(
+              row=lo + i,
+              **mismatch_report(target, rows[i : i + 1], base[i], spec[i], single[i, j], j, g),
+            )
+          )
   gaps = np.concatenate(gaps)
-  result = {'decode_seconds': decode_s, 'positions': int(gaps.size),
-            'min_top2_gap': float(gaps.min()),
-            'median_top2_gap': float(np.median(gaps)), 'gammas': {}, 'drafts': {}}
+  result = {
+    "decode_seconds": decode_s,
+    "positions": int(gaps.size),
+    "min_top2_gap": float(gaps.min()),
+    "median_top2_gap": float(np.median(gaps)),
+    "gammas": {},
+    "drafts": {},
+  }
   for g, stats in per_gamma.items():
-    diffs = np.concatenate(stats['diffs'])
-    result['gammas'][g] = dict(
-        max_abs_chunk_minus_single=float(diffs.max()),
-        median_abs_chunk_minus_single=float(np.median(diffs)),
-        # Per batch, positions whose top-2 gap is below that batch's largest
-        # difference: where rounding of that size could flip the argmax.
-        positions_with_gap_below_max_diff=stats['below'])
+    diffs = np.concatenate(stats["diffs"])
+    result["gammas"][g] = dict(
+      max_abs_chunk_minus_single=float(diffs.max()),
+      median_abs_chunk_minus_single=float(np.median(diffs)),
+      # Per batch, positions whose top-2 gap is below that batch's largest
+      # difference: where rounding of that size could flip the argmax.
+      positions_with_gap_below_max_diff=stats["below"],
+    )
   for run, stats in per_run.items():
-    name, g = run.rsplit('/', 1)
-    mismatches = stats['mismatches']
-    result['drafts'].setdefault(name, {})[g] = dict(
-        rows=len(inputs), identical=len(inputs) - len(mismatches),
-        identity_rate=1.0 - len(mismatches) / len(inputs),
-        acceptance=stats['accepted'] / max(stats['drafted'], 1),
-        mismatches=mismatches)
+    name, g = run.rsplit("/", 1)
+    mismatches = stats["mismatches"]
+    result["drafts"].setdefault(name, {})[g] = dict(
+      rows=len(inputs),
+      identical=len(inputs) - len(mismatches),
+      identity_rate=1.0 - len(mismatches) / len(inputs),
+      acceptance=stats["accepted"] / max(stats["drafted"], 1),
+      mismatches=mismatches,
+    )
   return result
 
 
 def format_table(results: dict[str, Any]) -> str:
-  head = (f'{results["pair"]} target, {results["prompts"]}, greedy, batch '
-          f'{results["batch"]}, {results["max_new_tokens"]} new tokens, '
-          f'{results["backend"]}')
+  head = (
+    f"{results['pair']} target, {results['prompts']}, greedy, batch "
+    f"{results['batch']}, {results['max_new_tokens']} new tokens, "
+    f"{results['backend']}"
+  )
   rows, details = [], []
-  for dtype, r in results['dtypes'].items():
-    for name, runs in r['drafts'].items():
+  for dtype, r in results["dtypes"].items():
+    for name, runs in r["drafts"].items():
       for g, m in runs.items():
-        c = r['gammas'][g]
-        rows.append([dtype, name, g, f'{m["identical"]}/{m["rows"]}',
-                     f'{m["identity_rate"]:.3f}', f'{m["acceptance"]:.2f}',
-                     f'{c["max_abs_chunk_minus_single"]:.2e}',
-                     f'{c["positions_with_gap_below_max_diff"]}/{r["positions"]}',
-                     f'{r["min_top2_gap"]:.2e}'])
-        details += [[dtype, name, g, x['row'], x['position'], x['baseline_token'],
-                     x['speculative_token'], f'{x["single_top2_gap"]:.2e}',
-                     f'{x["single_margin_baseline_over_speculative"]:.2e}',
-                     f'{x["max_abs_chunk_minus_single"]:.2e}',
-                     x['chunk_argmax_is_speculative_token']] for x in m['mismatches']]
-  text = head + '\n' + report.markdown_table(
-      ['dtype', 'draft', 'gamma', 'identical', 'rate', 'acceptance',
-       'max abs(chunk - single)', 'positions with top-2 gap below it',
-       'min top-2 gap'], rows)
+        c = r["gammas"][g]
+        rows.append(
+          [
+            dtype,
+            name,
+            g,
+            f"{m['identical']}/{m['rows']}",
+            f"{m['identity_rate']:.3f}",
+            f"{m['acceptance']:.2f}",
+            f"{c['max_abs_chunk_minus_single']:.2e}",
+            f"{c['positions_with_gap_below_max_diff']}/{r['positions']}",
+            f"{r['min_top2_gap']:.2e}",
+          ]
+        )
+        details += [
+          [
+            dtype,
+            name,
+            g,
+            x["row"],
+            x["position"],
+            x["baseline_token"],
+            x["speculative_token"],
+            f"{x['single_top2_gap']:.2e}",
+            f"{x['single_margin_baseline_over_speculative']:.2e}",
+            f"{x['max_abs_chunk_minus_single']:.2e}",
+            x["chunk_argmax_is_speculative_token"],
+          ]
+          for x in m["mismatches"]
+        ]
+  text = (
+    head
+    + "\n"
+    + report.markdown_table(
+      [
+        "dtype",
+        "draft",
+        "gamma",
+        "identical",
+        "rate",
+        "acceptance",
+        "max abs(chunk - single)",
+        "positions with top-2 gap below it",
+        "min top-2 gap",
+      ],
+      rows,
+    )
+  )
   if details:
-    text += ('\n\nMismatches (single-step logits at the first differing position '
-             'j):\n' + report.markdown_table(
-                 ['dtype', 'draft', 'gamma', 'row', 'j', 'base tok', 'spec tok',
-                  'top-2 gap', 'margin base - spec', 'max abs(chunk - single) at j',
-                  'chunk gives spec'], details))
+    text += (
+      "\n\nMismatches (single-step logits at the first differing position "
+      "j):\n"
+      + report.markdown_table(
+        [
+          "dtype",
+          "draft",
+          "gamma",
+          "row",
+          "j",
+          "base tok",
+          "spec tok",
+          "top-2 gap",
+          "margin base - spec",
+          "max abs(chunk - single) at j",
+          "chunk gives spec",
+        ],
+        details,
+      )
+    )
   return text
 
 
-def run_workload(workload: Workload, dtypes: Sequence[str], gammas: list[int],
-                 batch: int, max_new_tokens: int) -> dict[str, Any]:
+def run_workload(
+  workload: Workload, dtypes: Sequence[str], gammas: list[int], batch: int, max_new_tokens: int
+) -> dict[str, Any]:
   """`measure` in each dtype; the results with the settings."""
   batch = min(batch, len(workload.inputs))
-  results = {'pair': workload.pair, 'prompts': workload.prompts,
-             'num_sentences': len(workload.inputs), 'batch': batch,
-             'max_new_tokens': max_new_tokens,
-             'input_length': int(workload.inputs.shape[1]),
-             'backend': jax.default_backend(), 'dtypes': {}}
+  results = {
+    "pair": workload.pair,
+    "prompts": workload.prompts,
+    "num_sentences": len(workload.inputs),
+    "batch": batch,
+    "max_new_tokens": max_new_tokens,
+    "input_length": int(workload.inputs.shape[1]),
+    "backend": jax.default_backend(),
+    "dtypes": {},
+  }
   for dtype in dtypes:
     target, drafts = workload.load(jnp.dtype(dtype))
-    r = measure(target, drafts, workload.inputs, gammas, batch, max_new_tokens,
-                workload.eos_id)
-    if hasattr(target, 'per_position_logits'):
-      r['target_per_position_logits'] = target.per_position_logits
-    results['dtypes'][dtype] = r
+    r = measure(target, drafts, workload.inputs, gammas, batch, max_new_tokens, workload.eos_id)
+    if hasattr(target, "per_position_logits"):
+      r["target_per_position_logits"] = target.per_position_logits
+    results["dtypes"][dtype] = r
   return results
 
 
@@ -529,23 +659,37 @@ def run(config: Config) -> dict[str, Any]:
     raise ValueError(f"pair: {config.pair!r} is not one of {list(DEFAULTS)}")
   default_num, default_new, default_gammas = DEFAULTS[config.pair]
   config = dataclasses.replace(
-      config, num_sentences=config.num_sentences or default_num,
-      max_new_tokens=config.max_new_tokens or default_new,
-      gammas=config.gammas or tuple(int(g) for g in default_gammas))
-  cli.check_positive(config, "num_sentences", "batch", "max_new_tokens",
-                     "max_prompt_tokens", "gammas")
+    config,
+    num_sentences=config.num_sentences or default_num,
+    max_new_tokens=config.max_new_tokens or default_new,
+    gammas=config.gammas or tuple(int(g) for g in default_gammas),
+  )
+  cli.check_positive(
+    config, "num_sentences", "batch", "max_new_tokens", "max_prompt_tokens", "gammas"
+  )
   for dtype in config.dtypes:
     if dtype not in ("float32", "bfloat16"):
       raise ValueError(f"dtypes: float32 or bfloat16, got {dtype!r}")
   if config.pair == T5_PAIR:
-    workload = t5_workload(config.pair, config.draft, config.num_sentences,
-                           config.input_length, config.per_position_logits)
+    workload = t5_workload(
+      config.pair,
+      config.draft,
+      config.num_sentences,
+      config.input_length,
+      config.per_position_logits,
+    )
   else:
-    workload = lm_workload(config.pair, config.lm_drafts, config.lm_tasks,
-                           config.num_sentences, config.max_prompt_tokens,
-                           seed=config.seed)
-  return run_workload(workload, config.dtypes, list(config.gammas), config.batch,
-                      config.max_new_tokens)
+    workload = lm_workload(
+      config.pair,
+      config.lm_drafts,
+      config.lm_tasks,
+      config.num_sentences,
+      config.max_prompt_tokens,
+      seed=config.seed,
+    )
+  return run_workload(
+    workload, config.dtypes, list(config.gammas), config.batch, config.max_new_tokens
+  )
 
 
 render = format_table

@@ -15,14 +15,13 @@ from specdec import data
 
 def encode_sources(vocab, sentences, length: int) -> np.ndarray:
   """int32[N, length]: the task prefix, the sentence, EOS, padding (one shape)."""
-  return np.stack([vocab.encode_padded(data.TRANSLATE_PREFIX + s, length)
-                   for s in sentences])
+  return np.stack([vocab.encode_padded(data.TRANSLATE_PREFIX + s, length) for s in sentences])
 
 
 def batched(inputs: np.ndarray, batch: int):
   """(inputs [batch, L], real rows): the last batch is filled with copies of row 0."""
   for start in range(0, len(inputs), batch):
-    chunk = inputs[start:start + batch]
+    chunk = inputs[start : start + batch]
     size = len(chunk)
     if size < batch:
       chunk = np.concatenate([chunk, np.repeat(chunk[:1], batch - size, axis=0)])
@@ -48,6 +47,6 @@ def pad_to_bucket(ids: Any, buckets: tuple[int, ...], pad_id: int = 0) -> np.nda
   for length in buckets:
     if ids.size <= length:
       out = np.full((1, length), pad_id, np.int32)
-      out[0, :ids.size] = ids
+      out[0, : ids.size] = ids
       return out
   raise ValueError(f"ids: {ids.size} tokens exceed the largest bucket {buckets[-1]}")

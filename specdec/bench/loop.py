@@ -21,31 +21,35 @@ import numpy as np
 
 from specdec import costs, drafts
 from specdec.bench import cli, report, workloads
-from specdec.distributions import (SamplingConfig, greedy_tokens_checked,
-                                   probabilities_checked)
+from specdec.distributions import SamplingConfig, greedy_tokens_checked, probabilities_checked
 from specdec.keys import iteration_keys, row_keys
 
-MS_FIELDS = ("spec_iteration", "target_chunk", "draft_steps", "overhead",
-             "baseline_token", "target_step")
+MS_FIELDS = (
+  "spec_iteration",
+  "target_chunk",
+  "draft_steps",
+  "overhead",
+  "baseline_token",
+  "target_step",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
   pair: str = cli.field("smollm2_135m_instruct", "A shipped pair or a toy pair.")
-  draft: str = cli.field("draft", "The pair's draft (decoder-only pairs: '+lookup' "
-                         "mixes in the context lookup).")
+  draft: str = cli.field(
+    "draft", "The pair's draft (decoder-only pairs: '+lookup' mixes in the context lookup)."
+  )
   gammas: tuple[int, ...] = cli.field((1, 2, 3, 4), "Gammas.")
   temperatures: tuple[float, ...] = cli.field((0.0, 1.0), "Temperatures.")
   prompts: int = cli.field(2, "Held-out prompts (from the first).")
-  max_new_tokens: int = cli.field(64, "Tokens per decode (no EOS: every decode runs "
-                                  "them all).")
+  max_new_tokens: int = cli.field(64, "Tokens per decode (no EOS: every decode runs them all).")
   rounds: int = cli.field(3, "Interleaved rounds (minimum).")
   repeats: int = cli.field(2, "Repeats per round (minimum).")
   seed: int = cli.field(0, "Sampling keys.")
 
 
-@functools.partial(jax.jit, static_argnames=("chunk", "iterations", "max_length",
-                                             "sampling"))
+@functools.partial(jax.jit, static_argnames=("chunk", "iterations", "max_length", "sampling"))
 def _target_loop(target, inputs, *, chunk, iterations, max_length, sampling):
   """The target's half of `iterations` decode iterations: one `extend` over `chunk`
   positions and the next tokens read off its logits (argmax, or the probabilities
@@ -66,10 +70,8 @@ def _target_loop(target, inputs, *, chunk, iterations, max_length, sampling):
   return jax.lax.fori_loop(0, iterations, body, (state, jnp.zeros((), jnp.float32)))[1]
 
 
-@functools.partial(jax.jit, static_argnames=("gamma", "iterations", "max_length",
-                                             "sampling"))
-def _draft_loop(target, draft, inputs, key, *, gamma, iterations, max_length,
-                sampling):
+@functools.partial(jax.jit, static_argnames=("gamma", "iterations", "max_length", "sampling"))
+def _draft_loop(target, draft, inputs, key, *, gamma, iterations, max_length, sampling):
   """The draft's half: `iterations` x the sampler's own gamma draft steps (the
   draft as the decode loop sees it, `drafts.as_proposer`), each iteration committing
   one position, as a rejection at the first draft does."""
@@ -92,9 +94,17 @@ def _draft_loop(target, draft, inputs, key, *, gamma, iterations, max_length,
   return jax.lax.fori_loop(0, iterations, body, (state, jnp.zeros((), jnp.int32)))[1]
 
 
-def loop_costs(target, draft, inputs: jax.Array, gamma: int, max_new_tokens: int,
-               sampling: SamplingConfig, key: jax.Array, rounds: int = 3,
-               repeats: int = 2) -> dict[str, float]:
+def loop_costs(
+  target,
+  draft,
+  inputs: jax.Array,
+  gamma: int,
+  max_new_tokens: int,
+  sampling: SamplingConfig,
+  key: jax.Array,
+  rounds: int = 3,
+  repeats: int = 2,
+) -> dict[str, float]:
   """The speculative decode loop timed against the parts Theorem 3.8 counts.
 
   On `inputs` [1, S] with no EOS (every decode runs `max_new_tokens`), in interleaved
@@ -119,39 +129,49 @@ def loop_costs(target, draft, inputs: jax.Array, gamma: int, max_new_tokens: int
   if inputs.ndim != 2 or inputs.shape[0] != 1:
     raise ValueError(f"inputs: one row [1, S] expected, got shape {inputs.shape}")
   length = max_new_tokens + gamma + 1
-  spec = jax.jit(costs.speculative_decoder(target, draft, gamma, max_new_tokens,
-                                           sampling, None))
+  spec = jax.jit(costs.speculative_decoder(target, draft, gamma, max_new_tokens, sampling, None))
   base = jax.jit(costs.autoregressive_decoder(target, max_new_tokens, sampling, None))
   out = jax.block_until_ready(spec(inputs, key))
   iterations = int(out.stats.iterations[0])
   tokens = int(out.lengths[0])
   base_length = max_new_tokens + 1
   calls = dict(
-      spec=lambda: spec(inputs, key).tokens,
-      base=lambda: base(inputs, key).tokens,
-      prefill_both=lambda: costs.prefill(target, draft, inputs, length),
-      prefill_target=lambda: costs.prefill(target, None, inputs, length),
-      prefill_base=lambda: costs.prefill(target, None, inputs, base_length),
-      target_chunk=lambda: _target_loop(target, inputs, chunk=gamma + 1,
-                                        iterations=iterations, max_length=length,
-                                        sampling=sampling),
-      draft_steps=lambda: _draft_loop(target, draft, inputs, key, gamma=gamma,
-                                      iterations=iterations, max_length=length,
-                                      sampling=sampling),
-      target_step=lambda: _target_loop(target, inputs, chunk=1,
-                                       iterations=max_new_tokens,
-                                       max_length=base_length, sampling=sampling))
+    spec=lambda: spec(inputs, key).tokens,
+    base=lambda: base(inputs, key).tokens,
+    prefill_both=lambda: costs.prefill(target, draft, inputs, length),
+    prefill_target=lambda: costs.prefill(target, None, inputs, length),
+    prefill_base=lambda: costs.prefill(target, None, inputs, base_length),
+    target_chunk=lambda: _target_loop(
+      target, inputs, chunk=gamma + 1, iterations=iterations, max_length=length, sampling=sampling
+    ),
+    draft_steps=lambda: _draft_loop(
+      target,
+      draft,
+      inputs,
+      key,
+      gamma=gamma,
+      iterations=iterations,
+      max_length=length,
+      sampling=sampling,
+    ),
+    target_step=lambda: _target_loop(
+      target, inputs, chunk=1, iterations=max_new_tokens, max_length=base_length, sampling=sampling
+    ),
+  )
   best = costs.interleaved_min_seconds(calls, rounds, repeats)
   draft_prefill = max(best["prefill_both"] - best["prefill_target"], 0.0)
   r = dict(
-      iterations=iterations, tokens=tokens,
-      tokens_per_iteration=tokens / iterations,
-      spec_iteration=(best["spec"] - best["prefill_both"]) / iterations,
-      target_chunk=(best["target_chunk"] - best["prefill_target"]) / iterations,
-      draft_steps=(best["draft_steps"] - draft_prefill) / iterations,
-      baseline_token=(best["base"] - best["prefill_base"]) / max_new_tokens,
-      target_step=(best["target_step"] - best["prefill_base"]) / max_new_tokens,
-      prefill_target=best["prefill_target"], prefill_draft=draft_prefill)
+    iterations=iterations,
+    tokens=tokens,
+    tokens_per_iteration=tokens / iterations,
+    spec_iteration=(best["spec"] - best["prefill_both"]) / iterations,
+    target_chunk=(best["target_chunk"] - best["prefill_target"]) / iterations,
+    draft_steps=(best["draft_steps"] - draft_prefill) / iterations,
+    baseline_token=(best["base"] - best["prefill_base"]) / max_new_tokens,
+    target_step=(best["target_step"] - best["prefill_base"]) / max_new_tokens,
+    prefill_target=best["prefill_target"],
+    prefill_draft=draft_prefill,
+  )
   return loop_ratios(r)
 
 
@@ -160,14 +180,24 @@ def loop_ratios(r: dict[str, Any]) -> dict[str, Any]:
   for figures pooled over prompts): overhead, speedup, predicted and their ratio."""
   r["overhead"] = r["spec_iteration"] - r["target_chunk"] - r["draft_steps"]
   r["speedup"] = r["baseline_token"] * r["tokens_per_iteration"] / r["spec_iteration"]
-  r["predicted"] = (r["tokens_per_iteration"] * r["target_step"]
-                    / (r["target_chunk"] + r["draft_steps"]))
+  r["predicted"] = (
+    r["tokens_per_iteration"] * r["target_step"] / (r["target_chunk"] + r["draft_steps"])
+  )
   r["measured_over_predicted"] = r["speedup"] / r["predicted"]
   return r
 
 
-def pooled_rows(target, draft, prompts, gammas, temperatures, max_new_tokens: int,
-                rounds: int, repeats: int, seed: int) -> list[dict]:
+def pooled_rows(
+  target,
+  draft,
+  prompts,
+  gammas,
+  temperatures,
+  max_new_tokens: int,
+  rounds: int,
+  repeats: int,
+  seed: int,
+) -> list[dict]:
   """One row per (temperature, gamma): `loop_costs` summed over the prompts
   (each a list of ids, decoded at its own length), its ratios recomputed from the
   sums."""
@@ -175,16 +205,32 @@ def pooled_rows(target, draft, prompts, gammas, temperatures, max_new_tokens: in
   for t in temperatures:
     sampling = SamplingConfig(temperature=float(t))
     for g in gammas:
-      parts = [loop_costs(target, draft, jnp.asarray([p]), g, max_new_tokens,
-                          sampling, jax.random.key(seed + i), rounds, repeats)
-               for i, p in enumerate(prompts)]
+      parts = [
+        loop_costs(
+          target,
+          draft,
+          jnp.asarray([p]),
+          g,
+          max_new_tokens,
+          sampling,
+          jax.random.key(seed + i),
+          rounds,
+          repeats,
+        )
+        for i, p in enumerate(prompts)
+      ]
       iterations = sum(p["iterations"] for p in parts)
       tokens = sum(p["tokens"] for p in parts)
       # Per-iteration (per-token) seconds pooled over the prompts.
       total = lambda f, n: sum(p[f] * p[n] for p in parts)
-      row = dict(temperature=float(t), gamma=int(g), prompts=len(parts),
-                 iterations=iterations, tokens=tokens,
-                 tokens_per_iteration=tokens / iterations)
+      row = dict(
+        temperature=float(t),
+        gamma=int(g),
+        prompts=len(parts),
+        iterations=iterations,
+        tokens=tokens,
+        tokens_per_iteration=tokens / iterations,
+      )
       for f in ("spec_iteration", "target_chunk", "draft_steps"):
         row[f] = total(f, "iterations") / iterations
       for f in ("baseline_token", "target_step"):
@@ -209,20 +255,56 @@ def run(config: Config) -> dict:
   w = workloads.load(config.pair, config.prompts, draft=config.draft, seed=config.seed)
   pad_id = getattr(w.target, "pad_id", None) if w.family == "llama" else None
   prompts = [_unpadded(x, pad_id) for x in w.inputs]
-  rows = pooled_rows(w.target, w.drafts[config.draft], prompts, config.gammas,
-                     config.temperatures, config.max_new_tokens, config.rounds,
-                     config.repeats, config.seed)
-  return dict(config=dataclasses.asdict(config), device=str(jax.devices()[0]),
-              prompt_tokens=[len(p) for p in prompts], rows=rows)
+  rows = pooled_rows(
+    w.target,
+    w.drafts[config.draft],
+    prompts,
+    config.gammas,
+    config.temperatures,
+    config.max_new_tokens,
+    config.rounds,
+    config.repeats,
+    config.seed,
+  )
+  return dict(
+    config=dataclasses.asdict(config),
+    device=str(jax.devices()[0]),
+    prompt_tokens=[len(p) for p in prompts],
+    rows=rows,
+  )
 
 
 def render(result: dict) -> str:
-  rows = [[report.temp_key(r["temperature"]), r["gamma"],
-           f"{r['tokens_per_iteration']:.2f}",
-           *[f"{r[f] * 1e3:.2f}" for f in MS_FIELDS], f"{r['c']:.3f}", f"{r['v']:.2f}",
-           f"{r['speedup']:.2f}x", f"{r['predicted']:.2f}x",
-           f"{r['measured_over_predicted']:.2f}"] for r in result["rows"]]
+  rows = [
+    [
+      report.temp_key(r["temperature"]),
+      r["gamma"],
+      f"{r['tokens_per_iteration']:.2f}",
+      *[f"{r[f] * 1e3:.2f}" for f in MS_FIELDS],
+      f"{r['c']:.3f}",
+      f"{r['v']:.2f}",
+      f"{r['speedup']:.2f}x",
+      f"{r['predicted']:.2f}x",
+      f"{r['measured_over_predicted']:.2f}",
+    ]
+    for r in result["rows"]
+  ]
   return report.markdown_table(
-      ["temp", "gamma", "tok/iter", "iteration ms", "target(gamma+1) ms", "draft ms",
-       "overhead ms", "base ms/tok", "target(1) ms", "c", "v", "speed-up (no prefill)",
-       "predicted from parts", "meas/pred"], rows)
+    [
+      "temp",
+      "gamma",
+      "tok/iter",
+      "iteration ms",
+      "target(gamma+1) ms",
+      "draft ms",
+      "overhead ms",
+      "base ms/tok",
+      "target(1) ms",
+      "c",
+      "v",
+      "speed-up (no prefill)",
+      "predicted from parts",
+      "meas/pred",
+    ],
+    rows,
+  )

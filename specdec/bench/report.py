@@ -18,7 +18,8 @@ regenerated (and tested) from JSON:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 Result = Mapping[str, Any]
 
@@ -91,8 +92,9 @@ def table2(result: Result) -> str:
       alpha_text = f"{alpha:.2f}" if alpha is not None else f"{r['alpha_decode']:.2f}"
       cells.append(f"{r['gamma']} / {alpha_text} / {r['speedup']:.2f}x")
     rows.append(cells)
-  return markdown_table(["task", "temp"] + [f"{d} (gamma / alpha / speed-up)" for d in drafts],
-                rows)
+  return markdown_table(
+    ["task", "temp"] + [f"{d} (gamma / alpha / speed-up)" for d in drafts], rows
+  )
 
 
 def table3(result: Result) -> str:
@@ -113,13 +115,37 @@ def table4(result: Result) -> str:
   """Expected (Theorem 3.8, v = 1, and refined with measured v) vs empirical."""
   rows = []
   for (task, temp, d), r in best_rows(result).items():
-    rows.append([
-        task, d, temp_key(temp), str(r["gamma"]), f"{r.get('alpha', r['alpha_decode']):.2f}",
-        f"{r['c']:.3f}", f"{r['v']:.2f}", f"{r['speedup']:.2f}x",
-        f"{r['predicted_speedup_paper']:.2f}x", f"{r['predicted_speedup']:.2f}x",
-        f"{r['measured_over_predicted']:.2f}"])
-  return markdown_table(["task", "draft", "temp", "gamma", "alpha", "c", "v", "speed-up",
-                 "Exp (v = 1)", "Exp (measured v)", "meas/Exp"], rows)
+    rows.append(
+      [
+        task,
+        d,
+        temp_key(temp),
+        str(r["gamma"]),
+        f"{r.get('alpha', r['alpha_decode']):.2f}",
+        f"{r['c']:.3f}",
+        f"{r['v']:.2f}",
+        f"{r['speedup']:.2f}x",
+        f"{r['predicted_speedup_paper']:.2f}x",
+        f"{r['predicted_speedup']:.2f}x",
+        f"{r['measured_over_predicted']:.2f}",
+      ]
+    )
+  return markdown_table(
+    [
+      "task",
+      "draft",
+      "temp",
+      "gamma",
+      "alpha",
+      "c",
+      "v",
+      "speed-up",
+      "Exp (v = 1)",
+      "Exp (measured v)",
+      "meas/Exp",
+    ],
+    rows,
+  )
 
 
 def sweep(result: Result) -> str:
@@ -127,20 +153,51 @@ def sweep(result: Result) -> str:
   rows = []
   for r in result["rows"]:
     same = r.get("identical_to_baseline")
-    rows.append([
-        r["task"], temp_key(r["temperature"]), r["draft"], str(r["gamma"]),
-        f"{r['alpha_decode']:.3f}", f"{r['alpha_accepts']:.3f}",
-        f"{r['tokens_per_iteration']:.2f}", f"{r['eq1']:.2f}", f"{r['c']:.3f}",
-        f"{r['v']:.2f}", f"{r['baseline_ms_per_token']:.2f}",
-        f"{r['speculative_ms_per_token']:.2f}", f"{r['speedup']:.2f}x",
-        f"{r['predicted_speedup_paper']:.2f}x", f"{r['predicted_speedup']:.2f}x",
+    rows.append(
+      [
+        r["task"],
+        temp_key(r["temperature"]),
+        r["draft"],
+        str(r["gamma"]),
+        f"{r['alpha_decode']:.3f}",
+        f"{r['alpha_accepts']:.3f}",
+        f"{r['tokens_per_iteration']:.2f}",
+        f"{r['eq1']:.2f}",
+        f"{r['c']:.3f}",
+        f"{r['v']:.2f}",
+        f"{r['baseline_ms_per_token']:.2f}",
+        f"{r['speculative_ms_per_token']:.2f}",
+        f"{r['speedup']:.2f}x",
+        f"{r['predicted_speedup_paper']:.2f}x",
+        f"{r['predicted_speedup']:.2f}x",
         f"{r['measured_over_predicted']:.2f}",
         f"{r['ops_factor']:.2f}x" if "ops_factor" in r else "-",
-        "-" if same is None else ("yes" if same else "NO")])
-  return markdown_table(["task", "temp", "draft", "gamma", "alpha", "alpha (accepts)",
-                 "tok/iter", "Eq. 1", "c", "v", "base ms/tok", "spec ms/tok",
-                 "speed-up", "Thm 3.8 (v = 1)", "refined", "meas/refined", "ops",
-                 "= baseline"], rows)
+        "-" if same is None else ("yes" if same else "NO"),
+      ]
+    )
+  return markdown_table(
+    [
+      "task",
+      "temp",
+      "draft",
+      "gamma",
+      "alpha",
+      "alpha (accepts)",
+      "tok/iter",
+      "Eq. 1",
+      "c",
+      "v",
+      "base ms/tok",
+      "spec ms/tok",
+      "speed-up",
+      "Thm 3.8 (v = 1)",
+      "refined",
+      "meas/refined",
+      "ops",
+      "= baseline",
+    ],
+    rows,
+  )
 
 
 def metrics(result: Result) -> str:
@@ -148,28 +205,44 @@ def metrics(result: Result) -> str:
   rows = []
   for r in result["rows"]:
     for name, value in r.get("metric_speculative", {}).items():
-      rows.append([r["task"], temp_key(r["temperature"]), r["draft"], str(r["gamma"]),
-                   name, f"{r['metric_baseline'][name]:.2f}", f"{value:.2f}"])
-  return markdown_table(["task", "temp", "draft", "gamma", "metric", "baseline", "speculative"],
-                rows)
+      rows.append(
+        [
+          r["task"],
+          temp_key(r["temperature"]),
+          r["draft"],
+          str(r["gamma"]),
+          name,
+          f"{r['metric_baseline'][name]:.2f}",
+          f"{value:.2f}",
+        ]
+      )
+  return markdown_table(
+    ["task", "temp", "draft", "gamma", "metric", "baseline", "speculative"], rows
+  )
 
 
 def report(result: Result) -> str:
   """All tables, with the run's hardware and settings."""
   cfg = result["config"]
-  head = (f"Device: {cfg['device']} ({cfg['platform']}, {cfg['cpu_count']} CPUs), jax "
-          f"{cfg['jax_version']}, {cfg['dtype']}; target {cfg['target']['name']} "
-          f"({cfg['target']['params']:,} parameters); {cfg['examples']} examples at "
-          f"batch 1 per setting, {cfg['repeats']} timed repeats; alpha over "
-          f"{', '.join(str(a['tokens']) for a in result['alpha'][:1])} target tokens "
-          f"per setting.")
-  parts = [head,
-           "## Table 2 layout: best gamma / alpha / measured speed-up", table2(result),
-           "## Table 3 layout: alpha (mean beta along the target's outputs)",
-           table3(result),
-           "## Table 4 layout: expected vs empirical at the best gamma", table4(result),
-           "## Every setting", sweep(result),
-           ]
+  head = (
+    f"Device: {cfg['device']} ({cfg['platform']}, {cfg['cpu_count']} CPUs), jax "
+    f"{cfg['jax_version']}, {cfg['dtype']}; target {cfg['target']['name']} "
+    f"({cfg['target']['params']:,} parameters); {cfg['examples']} examples at "
+    f"batch 1 per setting, {cfg['repeats']} timed repeats; alpha over "
+    f"{', '.join(str(a['tokens']) for a in result['alpha'][:1])} target tokens "
+    f"per setting."
+  )
+  parts = [
+    head,
+    "## Table 2 layout: best gamma / alpha / measured speed-up",
+    table2(result),
+    "## Table 3 layout: alpha (mean beta along the target's outputs)",
+    table3(result),
+    "## Table 4 layout: expected vs empirical at the best gamma",
+    table4(result),
+    "## Every setting",
+    sweep(result),
+  ]
   if any(r.get("metric_speculative") for r in result["rows"]):
     parts += ["## Task metric of both decodes", metrics(result)]
   return "\n\n".join(parts) + "\n"

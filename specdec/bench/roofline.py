@@ -12,8 +12,9 @@ from specdec import costs
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _stream_all(transposed: tuple[bool, ...], weights: tuple[jax.Array, ...],
-                x: jax.Array) -> jax.Array:
+def _stream_all(
+  transposed: tuple[bool, ...], weights: tuple[jax.Array, ...], x: jax.Array
+) -> jax.Array:
   total = jnp.zeros((), jnp.float32)
   for w, t in zip(weights, transposed):
     v = jnp.resize(x, (w.shape[1] if t else w.shape[0],))
@@ -22,8 +23,9 @@ def _stream_all(transposed: tuple[bool, ...], weights: tuple[jax.Array, ...],
   return total
 
 
-def weight_stream_seconds(matrices: dict[str, tuple[jax.Array, bool]],
-                          repeats: int = 5) -> tuple[float, int]:
+def weight_stream_seconds(
+  matrices: dict[str, tuple[jax.Array, bool]], repeats: int = 5
+) -> tuple[float, int]:
   """The roofline a decode step is held to: (seconds, bytes) of one matrix-vector
   product through each of `matrices` ({name: (w, transposed)}: w [in, out], or
   [out, in] when transposed, such as a tied embedding), all in one compiled

@@ -32,7 +32,8 @@ class Config:
   repeats: int = cli.field(5, "Timed decodes per setting (median).")
   top_p: float | None = cli.field(None, "Optional nucleus sampling (sorts V).")
   temperatures: tuple[float, ...] = cli.field(
-      (0.0, 1.0), "Temperatures (0: the greedy path, on tokens only).")
+    (0.0, 1.0), "Temperatures (0: the greedy path, on tokens only)."
+  )
 
 
 @flax.struct.dataclass
@@ -66,37 +67,57 @@ def measure_sampler(vocab, gammas, max_new_tokens, repeats, sampling):
   rng = np.random.default_rng(0)
   logits = rng.standard_normal((min(vocab, 256), vocab)).astype(np.float32) * 2
   target = TableLM(jnp.asarray(logits), vocab)
-  draft = TableLM(jnp.asarray(logits + rng.standard_normal(logits.shape).astype(
-      np.float32)), vocab)
+  draft = TableLM(jnp.asarray(logits + rng.standard_normal(logits.shape).astype(np.float32)), vocab)
   inputs = jnp.ones((1, 1), jnp.int32)
   key = jax.random.key(0)
   rows = []
 
   def baseline():
-    return specdec.autoregressive_sample(target, inputs, key, max_new_tokens=max_new_tokens,
-                                         sampling=sampling).tokens
+    return specdec.autoregressive_sample(
+      target, inputs, key, max_new_tokens=max_new_tokens, sampling=sampling
+    ).tokens
+
   start = time.perf_counter()
   jax.block_until_ready(baseline())
   compile_s = time.perf_counter() - start
   wall = median_seconds(baseline, repeats, warmup=0)
-  rows.append(dict(vocab=vocab, method="autoregressive", gamma=0, compile_s=compile_s,
-                   decode_s=wall, iterations=max_new_tokens,
-                   us_per_iteration=wall / max_new_tokens * 1e6,
-                   us_per_token=wall / max_new_tokens * 1e6))
+  rows.append(
+    dict(
+      vocab=vocab,
+      method="autoregressive",
+      gamma=0,
+      compile_s=compile_s,
+      decode_s=wall,
+      iterations=max_new_tokens,
+      us_per_iteration=wall / max_new_tokens * 1e6,
+      us_per_token=wall / max_new_tokens * 1e6,
+    )
+  )
   for gamma in gammas:
+
     def spec(gamma=gamma):
-      return specdec.speculative_sample(target, draft, inputs, key, gamma=gamma,
-                                        max_new_tokens=max_new_tokens, sampling=sampling)
+      return specdec.speculative_sample(
+        target, draft, inputs, key, gamma=gamma, max_new_tokens=max_new_tokens, sampling=sampling
+      )
+
     start = time.perf_counter()
     out = jax.block_until_ready(spec())
     compile_s = time.perf_counter() - start
     wall = median_seconds(lambda: spec().tokens, repeats, warmup=0)
     iterations = int(out.stats.iterations[0])
-    rows.append(dict(vocab=vocab, method="speculative", gamma=gamma, compile_s=compile_s,
-                     decode_s=wall, iterations=iterations,
-                     us_per_iteration=wall / iterations * 1e6,
-                     us_per_token=wall / max_new_tokens * 1e6,
-                     alpha=float(out.stats.alpha_hat[0])))
+    rows.append(
+      dict(
+        vocab=vocab,
+        method="speculative",
+        gamma=gamma,
+        compile_s=compile_s,
+        decode_s=wall,
+        iterations=iterations,
+        us_per_iteration=wall / iterations * 1e6,
+        us_per_token=wall / max_new_tokens * 1e6,
+        alpha=float(out.stats.alpha_hat[0]),
+      )
+    )
   return rows
 
 
@@ -106,22 +127,53 @@ def run(config: Config) -> dict:
   for temperature in config.temperatures:
     sampling = specdec.SamplingConfig(temperature=temperature, top_p=config.top_p)
     for vocab in config.vocab:
-      rows += [dict(r, temperature=temperature) for r in measure_sampler(
-          vocab, list(config.gammas), config.max_new_tokens, config.repeats, sampling)]
-  return dict(config=dataclasses.asdict(config), platform=platform.platform(),
-              backend=jax.devices()[0].platform, cpu_count=os.cpu_count(),
-              jax=jax.__version__, rows=rows)
+      rows += [
+        dict(r, temperature=temperature)
+        for r in measure_sampler(
+          vocab, list(config.gammas), config.max_new_tokens, config.repeats, sampling
+        )
+      ]
+  return dict(
+    config=dataclasses.asdict(config),
+    platform=platform.platform(),
+    backend=jax.devices()[0].platform,
+    cpu_count=os.cpu_count(),
+    jax=jax.__version__,
+    rows=rows,
+  )
 
 
 def render(result: dict) -> str:
   c = result["config"]
-  head = (f"Sampler overhead, batch 1, {c['max_new_tokens']} new tokens, lookup-table "
-          f"models, top_p {c['top_p']}, {result['backend']} ({result['cpu_count']} "
-          "cores)\n\n")
+  head = (
+    f"Sampler overhead, batch 1, {c['max_new_tokens']} new tokens, lookup-table "
+    f"models, top_p {c['top_p']}, {result['backend']} ({result['cpu_count']} "
+    "cores)\n\n"
+  )
   return head + report.markdown_table(
-      ["V", "temp", "method", "gamma", "compile s", "decode ms", "iterations",
-       "us/iteration", "us/token"],
-      [[r["vocab"], report.temp_key(r["temperature"]), r["method"], r["gamma"],
-        f"{r['compile_s']:.2f}", f"{r['decode_s'] * 1e3:.2f}", r["iterations"],
-        f"{r['us_per_iteration']:.0f}", f"{r['us_per_token']:.0f}"]
-       for r in result["rows"]])
+    [
+      "V",
+      "temp",
+      "method",
+      "gamma",
+      "compile s",
+      "decode ms",
+      "iterations",
+      "us/iteration",
+      "us/token",
+    ],
+    [
+      [
+        r["vocab"],
+        report.temp_key(r["temperature"]),
+        r["method"],
+        r["gamma"],
+        f"{r['compile_s']:.2f}",
+        f"{r['decode_s'] * 1e3:.2f}",
+        r["iterations"],
+        f"{r['us_per_iteration']:.0f}",
+        f"{r['us_per_token']:.0f}",
+      ]
+      for r in result["rows"]
+    ],
+  )

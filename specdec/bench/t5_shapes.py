@@ -17,8 +17,7 @@ def t5_shape_config(name: str, vocab_size: int = t5.T5_VOCAB_SIZE) -> t5.T5Confi
   if name == "tiny":
     return t5.tiny_config("1.1", vocab_size=vocab_size)
   if name not in t5.CONFIGS:
-    raise ValueError(f"config: unknown T5 config {name!r}; have 'tiny' and "
-                     f"{sorted(t5.CONFIGS)}")
+    raise ValueError(f"config: unknown T5 config {name!r}; have 'tiny' and {sorted(t5.CONFIGS)}")
   cfg = t5.CONFIGS[name]
   if jax.default_backend() == "cpu":
     cfg = cfg.replace(dtype=jnp.float32)
@@ -41,6 +40,9 @@ def decode_ops_per_token(cfg) -> int:
   MLP; then the logits layer. Attention over the cache is not counted (it is small
   next to the projections at the paper's lengths)."""
   inner = cfg.num_heads * cfg.head_dim
-  per_layer = (4 * cfg.emb_dim * inner + 2 * cfg.emb_dim * inner
-               + (len(cfg.mlp_activations) + 1) * cfg.emb_dim * cfg.mlp_dim)
+  per_layer = (
+    4 * cfg.emb_dim * inner
+    + 2 * cfg.emb_dim * inner
+    + (len(cfg.mlp_activations) + 1) * cfg.emb_dim * cfg.mlp_dim
+  )
   return int(cfg.num_decoder_layers * per_layer + cfg.emb_dim * cfg.vocab_size)

@@ -4,8 +4,8 @@ that a slow spell of a shared machine falls on all of them alike."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import time
-from typing import Callable
 
 import jax
 import numpy as np
@@ -14,9 +14,12 @@ from specdec import sample
 from specdec._checks import check_positive_int
 
 
-def time_decodes(decode: Callable[[jax.Array, jax.Array], sample.SampleOutput],
-                 inputs: list[jax.Array], key: jax.Array, repeats: int = 1
-                 ) -> tuple[float, list[sample.SampleOutput]]:
+def time_decodes(
+  decode: Callable[[jax.Array, jax.Array], sample.SampleOutput],
+  inputs: list[jax.Array],
+  key: jax.Array,
+  repeats: int = 1,
+) -> tuple[float, list[sample.SampleOutput]]:
   """Seconds per generated token over `inputs` (each [1, S]), and the outputs.
 
   Each input is decoded once untimed (compiling if needed, and giving the output) and
@@ -27,9 +30,12 @@ def time_decodes(decode: Callable[[jax.Array, jax.Array], sample.SampleOutput],
   return time_decodes_paired({"decode": decode}, inputs, key, repeats)["decode"]
 
 
-def time_each(decoders: dict[str, Callable[[jax.Array, jax.Array], sample.SampleOutput]],
-              inputs: list[jax.Array], key: jax.Array, repeats: int = 3
-              ) -> dict[str, tuple[list[float], list[sample.SampleOutput]]]:
+def time_each(
+  decoders: dict[str, Callable[[jax.Array, jax.Array], sample.SampleOutput]],
+  inputs: list[jax.Array],
+  key: jax.Array,
+  repeats: int = 3,
+) -> dict[str, tuple[list[float], list[sample.SampleOutput]]]:
   """Per input, each decoder once untimed (compiling if needed, and giving the
   output), then `repeats` rounds timing each in turn, so that a slow spell of a shared
   machine falls on all of them alike. Returns, per decoder, (the minimum seconds of
@@ -51,13 +57,17 @@ def time_each(decoders: dict[str, Callable[[jax.Array, jax.Array], sample.Sample
   return out
 
 
-def time_decodes_paired(decoders: dict[str, Callable[[jax.Array, jax.Array],
-                                                       sample.SampleOutput]],
-                        inputs: list[jax.Array], key: jax.Array, repeats: int = 3
-                        ) -> dict[str, tuple[float, list[sample.SampleOutput]]]:
+def time_decodes_paired(
+  decoders: dict[str, Callable[[jax.Array, jax.Array], sample.SampleOutput]],
+  inputs: list[jax.Array],
+  key: jax.Array,
+  repeats: int = 3,
+) -> dict[str, tuple[float, list[sample.SampleOutput]]]:
   """`time_decodes` for several decoders side by side (`time_each`). Returns, per
   decoder, (seconds per generated token: the sum over inputs of the minimum times
   over its tokens, outputs)."""
   timed = time_each(decoders, inputs, key, repeats)
-  return {name: (sum(seconds) / max(int(sum(np.sum(o.lengths) for o in outs)), 1), outs)
-          for name, (seconds, outs) in timed.items()}
+  return {
+    name: (sum(seconds) / max(int(sum(np.sum(o.lengths) for o in outs)), 1), outs)
+    for name, (seconds, outs) in timed.items()
+  }

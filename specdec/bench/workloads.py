@@ -9,8 +9,9 @@ bookkeeping is the same). Every subcommand sees the models through the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -68,17 +69,19 @@ def toy_models(pair: str, seed: int = 0) -> tuple[Any, Any]:
   family, vocab, _, pad = TOY_PAIRS[pair]
   if family == "llama":
     from specdec.models import llama  # pylint: disable=g-import-not-at-top
+
     models = []
     for layers, s in ((2, seed), (1, seed + 1)):
       cfg = llama.tiny_config(vocab_size=vocab, num_layers=layers)
-      models.append(llama.Llama(cfg, jax.device_put(llama.random_params(cfg, seed=s)),
-                                pad_id=pad))
+      models.append(llama.Llama(cfg, jax.device_put(llama.random_params(cfg, seed=s)), pad_id=pad))
     return tuple(models)
   from specdec.models import t5  # pylint: disable=g-import-not-at-top
+
   models = []
   for layers, s in ((2, seed), (1, seed + 1)):
-    cfg = t5.tiny_config("1.1", vocab_size=vocab, num_encoder_layers=layers,
-                         num_decoder_layers=layers)
+    cfg = t5.tiny_config(
+      "1.1", vocab_size=vocab, num_encoder_layers=layers, num_decoder_layers=layers
+    )
     models.append(t5.T5(cfg, jax.device_put(t5.random_params(cfg, seed=s))))
   return tuple(models)
 
@@ -96,13 +99,23 @@ def toy_inputs(pair: str, num: int, length: int = 8, seed: int = 0) -> np.ndarra
 
 def chat_ids(tokenizer, messages: Sequence[str]) -> list[list[int]]:
   """Each user message with the chat template and the assistant's generation prompt."""
-  return [list(tokenizer.apply_chat_template([{"role": "user", "content": m}],
-                                             add_generation_prompt=True))
-          for m in messages]
+  return [
+    list(
+      tokenizer.apply_chat_template([{"role": "user", "content": m}], add_generation_prompt=True)
+    )
+    for m in messages
+  ]
 
 
-def load(pair: str, num: int, *, draft: str = "draft", input_length: int = 48,
-         task: str = "multi30k", seed: int = 0) -> Workload:
+def load(
+  pair: str,
+  num: int,
+  *,
+  draft: str = "draft",
+  input_length: int = 48,
+  task: str = "multi30k",
+  seed: int = 0,
+) -> Workload:
   """The pair's target and draft ('draft' under `draft`'s name: a shipped draft, "+lookup"
   for a decoder-only pair's context lookup) and its first `num` held-out prompts.
 
@@ -117,21 +130,29 @@ def load(pair: str, num: int, *, draft: str = "draft", input_length: int = 48,
   if pair in TOY_PAIRS:
     family, _, eos, _ = TOY_PAIRS[pair]
     target, small = toy_models(pair, seed)
-    return Workload(pair, family, target, {draft: small},
-                    toy_inputs(pair, num, seed=seed), eos)
+    return Workload(pair, family, target, {draft: small}, toy_inputs(pair, num, seed=seed), eos)
   if pair in pretrained.LM_PAIRS:
     target, model, tok = pretrained.load_pair(pair, draft=draft)
     messages = list(pretrained.lm_eval_prompts(pair))[:num]
     inputs = right_pad(chat_ids(tok, messages), target.pad_id)
-    return Workload(pair, "llama", target, {draft: model}, inputs, tok.eos_id,
-                    decode=tok.decode, texts=messages)
+    return Workload(
+      pair, "llama", target, {draft: model}, inputs, tok.eos_id, decode=tok.decode, texts=messages
+    )
   target, model, vocab = pretrained.load_pair(pair, draft=draft)
   examples = task_examples(task, pair)[:num]
   inputs = np.stack([vocab.encode_padded(e["inputs"], input_length) for e in examples])
-  return Workload(pair, "t5", target, {draft: model}, inputs.astype(np.int32),
-                  data.EOS_ID, decode=vocab.decode,
-                  references=[e["targets"] for e in examples],
-                  metric=TASK_METRICS[task], texts=[e["inputs"] for e in examples])
+  return Workload(
+    pair,
+    "t5",
+    target,
+    {draft: model},
+    inputs.astype(np.int32),
+    data.EOS_ID,
+    decode=vocab.decode,
+    references=[e["targets"] for e in examples],
+    metric=TASK_METRICS[task],
+    texts=[e["inputs"] for e in examples],
+  )
 
 
 TASK_METRICS = {"multi30k": "bleu", "wmt_ende": "bleu", "cnndm": "rouge"}
@@ -140,8 +161,10 @@ TASK_METRICS = {"multi30k": "bleu", "wmt_ende": "bleu", "cnndm": "rouge"}
 def task_examples(task: str, pair: str) -> list[dict[str, str]]:
   """A T5 task's examples, each {'inputs': text with T5's prefix, 'targets': text}."""
   if task == "multi30k":
-    return [dict(inputs=data.TRANSLATE_PREFIX + en, targets=de)
-            for en, de in pretrained.test_sentences(pair)]
+    return [
+      dict(inputs=data.TRANSLATE_PREFIX + en, targets=de)
+      for en, de in pretrained.test_sentences(pair)
+    ]
   if task in ("wmt_ende", "cnndm"):
     return data.load_examples({"wmt_ende": data.WMT_TASK, "cnndm": data.CNNDM_TASK}[task])
   raise ValueError(f"task: unknown task {task!r}; have {sorted(TASK_METRICS)}")
@@ -151,5 +174,4 @@ def texts_of(workload: Workload, outputs: Sequence[Any]) -> list[str] | None:
   """The decoded text of each [1, ...] `SampleOutput` (None without a tokenizer)."""
   if workload.decode is None:
     return None
-  return [workload.decode(np.asarray(o.tokens)[0, :int(o.lengths[0])].tolist())
-          for o in outputs]
+  return [workload.decode(np.asarray(o.tokens)[0, : int(o.lengths[0])].tolist()) for o in outputs]

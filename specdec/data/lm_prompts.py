@@ -27,22 +27,25 @@ training list is a balanced mix of sources and instructions.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 import dataclasses
 import re
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from specdec import data
 
-MULTI30K_EN_FILE = (data.DATA_DIR.parent / 'weights' / 'multi30k_ende'
-                    / 'test_2016_flickr.en')
+MULTI30K_EN_FILE = data.DATA_DIR.parent / "weights" / "multi30k_ende" / "test_2016_flickr.en"
 
 INSTRUCTIONS = {
-    'wmt': ('Translate to German: ', 'Continue this text: ', 'Explain in simple words: '),
-    'cnndm': ('Summarize: ', 'What is this article about? '),
-    'multi30k': ('Describe this scene in more detail: ',
-                 'Write a short story that begins: ', 'Translate to German: '),
+  "wmt": ("Translate to German: ", "Continue this text: ", "Explain in simple words: "),
+  "cnndm": ("Summarize: ", "What is this article about? "),
+  "multi30k": (
+    "Describe this scene in more detail: ",
+    "Write a short story that begins: ",
+    "Translate to German: ",
+  ),
 }
 SOURCES = tuple(INSTRUCTIONS)
 # CNN/DM articles are cut to this many sentences, so that chat prompts stay short
@@ -61,17 +64,17 @@ SEED = 0
 # Written for the demo, outside `SOURCES`: no distillation or evaluation prompt holds
 # them (tests/test_demo.py checks), so the demo's alpha is measured on unseen text.
 DEMO_PROMPTS = (
-    'Explain in simple words why the sky is blue.',
-    'What is photosynthesis? Explain it in two sentences.',
-    'Give three tips for staying healthy.',
-    'Summarize in one sentence: Bees visit flowers to collect nectar and pollen. As '
-    'they move from flower to flower, they carry pollen with them, which helps plants '
-    'make seeds and fruit. Without bees, many of the foods we eat would be much '
-    'harder to grow.',
-    'Explain in simple words how a rainbow forms.',
-    'Continue this text: Once upon a time, in a small village by the sea, there lived',
-    'Why do we need to sleep? Answer briefly.',
-    'Explain what a computer program is to a child.',
+  "Explain in simple words why the sky is blue.",
+  "What is photosynthesis? Explain it in two sentences.",
+  "Give three tips for staying healthy.",
+  "Summarize in one sentence: Bees visit flowers to collect nectar and pollen. As "
+  "they move from flower to flower, they carry pollen with them, which helps plants "
+  "make seeds and fruit. Without bees, many of the foods we eat would be much "
+  "harder to grow.",
+  "Explain in simple words how a rainbow forms.",
+  "Continue this text: Once upon a time, in a small village by the sea, there lived",
+  "Why do we need to sleep? Answer briefly.",
+  "Explain what a computer program is to a child.",
 )
 
 
@@ -94,37 +97,37 @@ class Prompt:
   @property
   def text(self) -> str:
     """The source text, without the instruction."""
-    return self.content[len(INSTRUCTIONS[self.source][self.instruction]):]
+    return self.content[len(INSTRUCTIONS[self.source][self.instruction]) :]
 
   def to_json(self) -> dict:
     return dataclasses.asdict(self)
 
 
-def first_sentences(text: str, count: int = CNNDM_SENTENCES,
-                    max_chars: int = CNNDM_MAX_CHARS) -> str:
+def first_sentences(
+  text: str, count: int = CNNDM_SENTENCES, max_chars: int = CNNDM_MAX_CHARS
+) -> str:
   """The first `count` sentences of `text` (whitespace collapsed), fewer if they pass
   `max_chars`, and at least the first sentence cut to whole words within `max_chars`."""
-  sentences = re.split(r'(?<=[.!?])\s+', ' '.join(text.split()))
+  sentences = re.split(r"(?<=[.!?])\s+", " ".join(text.split()))
   out = sentences[0]
   for sentence in sentences[1:count]:
     if len(out) + 1 + len(sentence) > max_chars:
       break
-    out += ' ' + sentence
+    out += " " + sentence
   if len(out) > max_chars:
-    out = out[:max_chars].rsplit(' ', 1)[0]
+    out = out[:max_chars].rsplit(" ", 1)[0]
   return out
 
 
 def source_texts(source: str) -> list[str]:
   """The texts of one shipped source, in file order."""
-  if source == 'wmt':
+  if source == "wmt":
     return data.read_lines(data.WMT14_EN_FILE)
-  if source == 'cnndm':
-    return [first_sentences(r['article'])
-            for r in data.read_jsonl(data.CNNDM_FILE, ('article',))]
-  if source == 'multi30k':
+  if source == "cnndm":
+    return [first_sentences(r["article"]) for r in data.read_jsonl(data.CNNDM_FILE, ("article",))]
+  if source == "multi30k":
     return data.read_lines(MULTI30K_EN_FILE)
-  raise ValueError(f'source: unknown source {source!r}; have {list(SOURCES)}')
+  raise ValueError(f"source: unknown source {source!r}; have {list(SOURCES)}")
 
 
 def is_heldout(index: int) -> bool:
@@ -160,9 +163,9 @@ def _round_robin(prompts: Sequence[Prompt], seed: int) -> list[Prompt]:
   return out
 
 
-def split(num_eval: int = EVAL_PROMPTS, seed: int = SEED,
-          fits: Callable[[str], bool] | None = None
-          ) -> tuple[list[Prompt], list[Prompt]]:
+def split(
+  num_eval: int = EVAL_PROMPTS, seed: int = SEED, fits: Callable[[str], bool] | None = None
+) -> tuple[list[Prompt], list[Prompt]]:
   """(training prompts, evaluation prompts), both in a fixed mixed order.
 
   Args:
@@ -197,13 +200,14 @@ def check_disjoint(train: Sequence[Prompt], evaluation: Sequence[Prompt]) -> Non
   places = {(p.source, p.index) for p in train}
   texts = {p.text for p in train}
   leaked = [p for p in evaluation if (p.source, p.index) in places or p.text in texts]
-  assert not leaked, f'evaluation texts in training prompts: {leaked[:3]}'
+  assert not leaked, f"evaluation texts in training prompts: {leaked[:3]}"
 
 
 def encode(tokenizer, content: str) -> list[int]:
   """The chat-template ids of one user message, ready for the assistant's answer."""
-  return tokenizer.apply_chat_template([{'role': 'user', 'content': content}],
-                                       add_generation_prompt=True)
+  return tokenizer.apply_chat_template(
+    [{"role": "user", "content": content}], add_generation_prompt=True
+  )
 
 
 def right_pad(prompts: Any, pad_id: int | None, length: int | None = None) -> np.ndarray:
@@ -215,17 +219,18 @@ def right_pad(prompts: Any, pad_id: int | None, length: int | None = None) -> np
   """
   prompts = [np.asarray(p, np.int64).reshape(-1) for p in prompts]
   if not prompts or any(p.size == 0 for p in prompts):
-    raise ValueError('prompts: need at least one prompt, each of at least one token')
+    raise ValueError("prompts: need at least one prompt, each of at least one token")
   longest = max(p.size for p in prompts)
   length = longest if length is None else length
   if longest > length:
-    raise ValueError(f'prompts: a prompt of {longest} tokens exceeds length {length}')
+    raise ValueError(f"prompts: a prompt of {longest} tokens exceeds length {length}")
   if pad_id is None and any(p.size != length for p in prompts):
-    raise ValueError('prompts: of different lengths, but there is no pad_id')
+    raise ValueError("prompts: of different lengths, but there is no pad_id")
   out = np.full((len(prompts), length), 0 if pad_id is None else pad_id, np.int32)
   for i, p in enumerate(prompts):
     if pad_id is not None and p[-1] == pad_id:
-      raise ValueError(f'prompts: prompt {i} ends with pad_id={pad_id}, which would be '
-                       'read as padding')
-    out[i, :p.size] = p
+      raise ValueError(
+        f"prompts: prompt {i} ends with pad_id={pad_id}, which would be read as padding"
+      )
+    out[i, : p.size] = p
   return out

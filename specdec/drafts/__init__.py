@@ -11,8 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdec.drafts.base import (CatchesUp, FeatureModel, FeatureReader, ModelProposer,
-                                 ModelProposerState, Proposal, Proposer, check_target)
+from specdec.drafts.base import (
+  CatchesUp,
+  FeatureModel,
+  FeatureReader,
+  ModelProposer,
+  ModelProposerState,
+  Proposal,
+  Proposer,
+  check_target,
+)
 from specdec.drafts.feature import FeatureProposer, FeatureProposerState
 from specdec.models.base import DecodeModel
 
@@ -20,6 +28,7 @@ from specdec.models.base import DecodeModel
 def as_proposer(draft: Any) -> Proposer:
   """`draft` as a `Proposer`, or a TypeError naming `draft`."""
   from specdec.drafts import eagle  # pylint: disable=import-outside-toplevel
+
   if isinstance(draft, (ModelProposer, FeatureProposer)):
     return draft
   if isinstance(draft, eagle.FeatureDraft):
@@ -28,10 +37,22 @@ def as_proposer(draft: Any) -> Proposer:
     return ModelProposer(draft)
   if isinstance(draft, Proposer):
     return draft
-  raise TypeError(f"draft must implement specdec.models.DecodeModel or "
-                  f"specdec.drafts.Proposer, got {type(draft).__name__}")
+  raise TypeError(
+    f"draft must implement specdec.models.DecodeModel or "
+    f"specdec.drafts.Proposer, got {type(draft).__name__}"
+  )
 
 
-__all__ = ["CatchesUp", "FeatureModel", "FeatureProposer", "FeatureProposerState",
-           "FeatureReader", "ModelProposer", "ModelProposerState", "Proposal", "Proposer",
-           "as_proposer", "check_target"]
+__all__ = [
+  "CatchesUp",
+  "FeatureModel",
+  "FeatureProposer",
+  "FeatureProposerState",
+  "FeatureReader",
+  "ModelProposer",
+  "ModelProposerState",
+  "Proposal",
+  "Proposer",
+  "as_proposer",
+  "check_target",
+]

@@ -21,14 +21,18 @@ draft model); `specdec.drafts.feature.FeatureProposer` drives a feature draft.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specdec.distributions import (SamplingConfig, greedy_tokens_checked,
-                                   probabilities_checked, sample_categorical)
+from specdec.distributions import (
+  SamplingConfig,
+  greedy_tokens_checked,
+  probabilities_checked,
+  sample_categorical,
+)
 from specdec.models.base import DecodeModel, ShortlistLogits
 from specdec.verify import take_position
 
@@ -47,7 +51,7 @@ class Proposal(NamedTuple):
   """
 
   x: Array
-  q: Optional[Array]
+  q: Array | None
   bad: Array
   state: Any
 
@@ -64,20 +68,26 @@ class Proposer(Protocol):
   vocab_size: int
   reads_target_features: bool
 
-  def start(self, inputs: Array, capacity: int, max_gamma: int, zero_gamma: bool,
-            target_features: Optional[Array]) -> Any:
+  def start(
+    self,
+    inputs: Array,
+    capacity: int,
+    max_gamma: int,
+    zero_gamma: bool,
+    target_features: Array | None,
+  ) -> Any:
     """The proposer's state for a decode of `inputs` [B, S] that commits at most
     `capacity` tokens, drafting up to `max_gamma` per iteration (and skipping
     iterations when `zero_gamma`). `target_features` [B, S - 1, d] or None."""
     ...
 
-  def propose(self, state: Any, keys: Array, sampling: SamplingConfig, gamma: int
-              ) -> Proposal:
+  def propose(self, state: Any, keys: Array, sampling: SamplingConfig, gamma: int) -> Proposal:
     """Drafts gamma (static, >= 0) tokens per row with `keys` [B, gamma]."""
     ...
 
-  def commit(self, state: Any, chunk: Array, n: Array, gamma: int,
-             features: Optional[Array], active: Array) -> Any:
+  def commit(
+    self, state: Any, chunk: Array, n: Array, gamma: int, features: Array | None, active: Array
+  ) -> Any:
     """After verification: row b committed chunk[b, :n[b] + 1] ([x_1..x_n, t]);
     `features` [B, gamma + 1, d] are the target's at the verified positions (None
     unless `reads_target_features`); rows not `active` must not change."""
@@ -120,11 +130,9 @@ class FeatureModel(Protocol):
 
   feature_size: int
 
-  def init_with_features(self, inputs: Array, max_length: int) -> tuple[Any, Array]:
-    ...
+  def init_with_features(self, inputs: Array, max_length: int) -> tuple[Any, Array]: ...
 
-  def extend_with_features(self, state: Any, tokens: Array) -> tuple[Array, Array, Any]:
-    ...
+  def extend_with_features(self, state: Any, tokens: Array) -> tuple[Array, Array, Any]: ...
 
 
 def check_target(proposer: Proposer, target: Any) -> None:
@@ -132,21 +140,29 @@ def check_target(proposer: Proposer, target: Any) -> None:
   if not proposer.reads_target_features:
     return
   if not isinstance(proposer, FeatureReader):
-    raise TypeError(f"draft ({type(proposer).__name__}) reads the target's features "
-                    "but declares no feature_size (`FeatureReader`)")
-  missing = [m for m in ("init_with_features", "extend_with_features")
-             if not callable(getattr(target, m, None))]
+    raise TypeError(
+      f"draft ({type(proposer).__name__}) reads the target's features "
+      "but declares no feature_size (`FeatureReader`)"
+    )
+  missing = [
+    m
+    for m in ("init_with_features", "extend_with_features")
+    if not callable(getattr(target, m, None))
+  ]
   if missing:
-    raise TypeError(f"draft reads the target's features, but target "
-                    f"({type(target).__name__}) has no {' / '.join(missing)}")
+    raise TypeError(
+      f"draft reads the target's features, but target "
+      f"({type(target).__name__}) has no {' / '.join(missing)}"
+    )
   if getattr(target, "feature_size", None) != proposer.feature_size:
-    raise ValueError(f"feature_size of target ({getattr(target, 'feature_size', None)}) "
-                     f"and draft ({proposer.feature_size}) differ: the draft reads the "
-                     "target's features")
+    raise ValueError(
+      f"feature_size of target ({getattr(target, 'feature_size', None)}) "
+      f"and draft ({proposer.feature_size}) differ: the draft reads the "
+      "target's features"
+    )
 
 
-def draw(step_logits: Array, key: Array, sampling: SamplingConfig,
-         ids: Optional[Array] = None):
+def draw(step_logits: Array, key: Array, sampling: SamplingConfig, ids: Array | None = None):
   """(x, bad, q) at one draft position; q is None at temperature 0, where x is the
   argmax and nothing else is needed. `ids`: the logits are a shortlist's
   (`draft_logits`), position n standing for token ids[n] (greedy only)."""
@@ -157,8 +173,7 @@ def draw(step_logits: Array, key: Array, sampling: SamplingConfig,
   return sample_categorical(key, q), bad, q
 
 
-def draft_logits(draft: DecodeModel, state: Any, tokens: Array,
-                 sampling: SamplingConfig):
+def draft_logits(draft: DecodeModel, state: Any, tokens: Array, sampling: SamplingConfig):
   """(logits, ids, state) of one draft call: at temperature 0 a draft that declares
   `ShortlistLogits` gives its N shortlist logits and their ids (the argmax needs no
   V-wide vocabulary); otherwise `extend`'s V-wide logits and ids None."""
@@ -186,29 +201,27 @@ def stack_drafts(first, rest, sampling: SamplingConfig):
   return x, jnp.concatenate([q1[:, None], jnp.swapaxes(qs, 0, 1)], axis=1), bad
 
 
-def no_drafts(batch: int, vocab_size: int, sampling: SamplingConfig, state: Any
-              ) -> Proposal:
+def no_drafts(batch: int, vocab_size: int, sampling: SamplingConfig, state: Any) -> Proposal:
   """What `propose` returns for gamma = 0: nothing drafted."""
   q = None if sampling.greedy else jnp.zeros((batch, 0, vocab_size), jnp.float32)
-  return Proposal(jnp.zeros((batch, 0), jnp.int32), q, jnp.zeros((batch,), jnp.int32),
-                  state)
+  return Proposal(jnp.zeros((batch, 0), jnp.int32), q, jnp.zeros((batch,), jnp.int32), state)
 
 
 def where_active(active: Array, new: Any, old: Any) -> Any:
   """`new` in active rows, `old` elsewhere, leaf by leaf (leading axis B): a finished
   row stops changing."""
   return jax.tree.map(
-      lambda a, b: jnp.where(active.reshape(active.shape + (1,) * (a.ndim - 1)), a, b),
-      new, old)
+    lambda a, b: jnp.where(active.reshape(active.shape + (1,) * (a.ndim - 1)), a, b), new, old
+  )
 
 
 @flax.struct.dataclass
 class ModelProposerState:
   """Attributes:
-    draft_state: Mq's state; holds every committed token but the pending ones.
-    pending: int32[B, W], tokens committed but not yet fed to Mq, then placeholders.
-    num_pending: int32[B], real tokens in `pending` (1 to W).
-    start: int32[B], Mq's length when the current iteration began.
+  draft_state: Mq's state; holds every committed token but the pending ones.
+  pending: int32[B, W], tokens committed but not yet fed to Mq, then placeholders.
+  num_pending: int32[B], real tokens in `pending` (1 to W).
+  start: int32[B], Mq's length when the current iteration began.
   """
 
   draft_state: Any
@@ -253,40 +266,43 @@ class ModelProposer:
     try:
       draft_state = self.draft.init(inputs, needed)
     except ValueError as e:
-      extra = (", plus 2 for a gamma rule that includes gamma 0 (the owed window)"
-               if zero_gamma else "")
+      extra = (
+        ", plus 2 for a gamma rule that includes gamma 0 (the owed window)" if zero_gamma else ""
+      )
       raise ValueError(
-          f"draft: this decode needs {needed} positions past the prompt in the draft "
-          f"(max_new_tokens + G + 1 = {capacity} with G = {max_gamma}, the largest "
-          f"gamma{extra}), and the draft cannot hold them: {e}") from e
+        f"draft: this decode needs {needed} positions past the prompt in the draft "
+        f"(max_new_tokens + G + 1 = {capacity} with G = {max_gamma}, the largest "
+        f"gamma{extra}), and the draft cannot hold them: {e}"
+      ) from e
     return ModelProposerState(
-        draft_state=draft_state,
-        pending=jnp.tile(start[:, None], (1, width)),
-        num_pending=jnp.ones_like(start),
-        start=jnp.zeros_like(start))
+      draft_state=draft_state,
+      pending=jnp.tile(start[:, None], (1, width)),
+      num_pending=jnp.ones_like(start),
+      start=jnp.zeros_like(start),
+    )
 
   def propose(self, state, keys, sampling, gamma):
     draft = self.draft
     start = draft.lengths(state.draft_state)
     if gamma == 0:
-      return no_drafts(start.shape[0], self.vocab_size, sampling,
-                       state.replace(start=start))
+      return no_drafts(start.shape[0], self.vocab_size, sampling, state.replace(start=start))
     # At most 2 owed tokens here (`catch_up` fed any more).
-    logits, ids, draft_state = draft_logits(draft, state.draft_state,
-                                            state.pending[:, :2], sampling)
+    logits, ids, draft_state = draft_logits(
+      draft, state.draft_state, state.pending[:, :2], sampling
+    )
     draft_state = draft.rewind(draft_state, start + state.num_pending)
     logits1 = take_position(logits, state.num_pending - 1)
 
     def step(carry, step_key):
       draft_state, x_prev = carry
-      logits, ids, draft_state = draft_logits(draft, draft_state, x_prev[:, None],
-                                              sampling)
+      logits, ids, draft_state = draft_logits(draft, draft_state, x_prev[:, None], sampling)
       x, bad, q = draw(logits[:, 0], step_key, sampling, ids)
       return (draft_state, x), (x, q, bad)
 
     first = draw(logits1, keys[:, 0], sampling, ids)
-    (draft_state, _), rest = jax.lax.scan(step, (draft_state, first[0]),
-                                          step_keys(keys, sampling), length=gamma - 1)
+    (draft_state, _), rest = jax.lax.scan(
+      step, (draft_state, first[0]), step_keys(keys, sampling), length=gamma - 1
+    )
     x, q, bad = stack_drafts(first, rest, sampling)
     return Proposal(x, q, bad, state.replace(draft_state=draft_state, start=start))
 
@@ -301,15 +317,16 @@ class ModelProposer:
     full = n == gamma
     kept = state.start + state.num_pending + jnp.minimum(n, gamma - 1)
     first = jnp.where(full, chunk[:, gamma - 1], t)
-    pending = jnp.concatenate([first[:, None], jnp.tile(t[:, None], (1, width - 1))],
-                              axis=1)
+    pending = jnp.concatenate([first[:, None], jnp.tile(t[:, None], (1, width - 1))], axis=1)
     new = state.replace(
-        draft_state=self.draft.rewind(state.draft_state,
-                                      jnp.where(active, kept, state.start)),
-        pending=pending, num_pending=1 + full.astype(jnp.int32))
-    return new.replace(pending=where_active(active, new.pending, state.pending),
-                       num_pending=where_active(active, new.num_pending,
-                                                state.num_pending))
+      draft_state=self.draft.rewind(state.draft_state, jnp.where(active, kept, state.start)),
+      pending=pending,
+      num_pending=1 + full.astype(jnp.int32),
+    )
+    return new.replace(
+      pending=where_active(active, new.pending, state.pending),
+      num_pending=where_active(active, new.num_pending, state.num_pending),
+    )
 
   def owes(self, state) -> Array:
     """bool[B]: rows owing Mq more tokens than `propose`'s first step feeds (2)
@@ -327,9 +344,10 @@ class ModelProposer:
     last = jnp.take_along_axis(state.pending, state.num_pending[:, None] - 1, axis=1)
     width = state.pending.shape[1]
     return state.replace(
-        draft_state=self.draft.rewind(draft_state, keep),
-        pending=jnp.where(owes[:, None], jnp.tile(last, (1, width)), state.pending),
-        num_pending=jnp.where(owes, 1, state.num_pending))
+      draft_state=self.draft.rewind(draft_state, keep),
+      pending=jnp.where(owes[:, None], jnp.tile(last, (1, width)), state.pending),
+      num_pending=jnp.where(owes, 1, state.num_pending),
+    )
 
   def _owe(self, state, t, active):
     """An iteration without drafts: t joins `pending` (`owe`)."""
@@ -351,5 +369,7 @@ def owe(pending: Array, num_pending: Array, new: Array, active: Array):
   grown = jnp.where(slot, new[:, None], pending)
   updated = jnp.where(full, shifted, grown)
   keep = active.reshape(active.shape + (1,) * (pending.ndim - 1))
-  return (jnp.where(keep, updated, pending),
-          jnp.where(active, jnp.minimum(num_pending + 1, width), num_pending))
+  return (
+    jnp.where(keep, updated, pending),
+    jnp.where(active, jnp.minimum(num_pending + 1, width), num_pending),
+  )

@@ -34,13 +34,14 @@ draft has `reads_target_features`: the target must then provide
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import json
 import os
-from typing import Any, Sequence
+from typing import Any
 
+from flax import linen as nn
 import flax.struct
 import flax.traverse_util
-from flax import linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,7 +62,7 @@ class FeatureLayer(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.fc = llama.Dense(cfg.hidden_size, ('mlp', 'embed'), cfg.dtype)
+    self.fc = llama.Dense(cfg.hidden_size, ("mlp", "embed"), cfg.dtype)
     self.layer = llama.DecoderLayer(cfg)
     self.norm = llama.RMSNorm(cfg.rms_norm_eps, cfg.dtype)
     self.head = llama.Embed(self.num_ids, cfg.hidden_size, cfg.dtype)
@@ -78,8 +79,9 @@ class FeatureLayer(nn.Module):
     g = self.norm(self.layer(x, cos, sin, visible))
     return self.head.attend(g), g
 
-  def extend(self, embedded: Array, features: Array, lengths: Array,
-             cache: tuple[Array, Array]) -> tuple[Array, Array, tuple[Array, Array]]:
+  def extend(
+    self, embedded: Array, features: Array, lengths: Array, cache: tuple[Array, Array]
+  ) -> tuple[Array, Array, tuple[Array, Array]]:
     """A chunk [B, k, d] at positions lengths[b].. against the layer's cache
     [B, T, KV, hd]: (shortlist logits [B, k, N], predicted features [B, k, d],
     the cache with the chunk written)."""
@@ -87,8 +89,7 @@ class FeatureLayer(nn.Module):
     capacity = cache[0].shape[1]
     positions = lengths[:, None] + jnp.arange(embedded.shape[1])
     cos, sin = llama.rope_angles(positions, cfg.head_dim, cfg.rope_theta)
-    visible = (jnp.arange(capacity)[None, None, :]
-               <= positions[:, :, None])[:, None, None]
+    visible = (jnp.arange(capacity)[None, None, :] <= positions[:, :, None])[:, None, None]
     x = self.fc(jnp.concatenate([embedded, features.astype(embedded.dtype)], axis=-1))
     y, cache = self.layer.extend(x, cos, sin, cache, lengths, visible)
     g = self.norm(y)
@@ -98,8 +99,7 @@ class FeatureLayer(nn.Module):
 def init_params(cfg: llama.LlamaConfig, num_ids: int, rng: Array) -> dict[str, Any]:
   """Random parameters of `FeatureLayer` (float32)."""
   d = cfg.hidden_size
-  return FeatureLayer(cfg, num_ids).init(
-      rng, jnp.zeros((1, 2, d)), jnp.zeros((1, 2, d)))['params']
+  return FeatureLayer(cfg, num_ids).init(rng, jnp.zeros((1, 2, d)), jnp.zeros((1, 2, d)))["params"]
 
 
 def output_rows(target: llama.Llama, ids: Sequence[int]) -> np.ndarray:
@@ -107,27 +107,27 @@ def output_rows(target: llama.Llama, ids: Sequence[int]) -> np.ndarray:
   rows, or the columns of its untied `logits_dense` kernel), the draft's head."""
   p = target.params
   if target.config.tie_word_embeddings:
-    rows = np.asarray(p['token_embedder']['embedding'], np.float32)
+    rows = np.asarray(p["token_embedder"]["embedding"], np.float32)
   else:
-    rows = np.asarray(p['logits_dense']['kernel'], np.float32).T
+    rows = np.asarray(p["logits_dense"]["kernel"], np.float32).T
   return rows[np.asarray(ids)]
 
 
-def from_target(target: llama.Llama, params: Any, ids: Sequence[int]) -> 'FeatureDraft':
+def from_target(target: llama.Llama, params: Any, ids: Sequence[int]) -> FeatureDraft:
   """The draft of trained `params` (fc, layer, norm; a `head` entry is replaced)
   reading `target`'s features, with the target's embedding and output rows of `ids`
   as its input side and head: nothing of the target is stored with the draft."""
-  params = dict(params, head={'embedding': jnp.asarray(output_rows(target, ids))})
-  return FeatureDraft.create(target.config, params,
-                             target.params['token_embedder']['embedding'], ids,
-                             pad_id=target.pad_id)
+  params = dict(params, head={"embedding": jnp.asarray(output_rows(target, ids))})
+  return FeatureDraft.create(
+    target.config, params, target.params["token_embedder"]["embedding"], ids, pad_id=target.pad_id
+  )
 
 
 def decode_matrices(params: Any) -> dict[str, tuple[Array, bool]]:
   """{path: (matrix, transposed)} of every matrix a step reads (`cpu.pack_tree`)."""
-  flat = flax.traverse_util.flatten_dict(params, sep='/')
-  matrices = {k: (v, False) for k, v in flat.items() if k.endswith('/kernel')}
-  matrices['head/embedding'] = (flat['head/embedding'], True)
+  flat = flax.traverse_util.flatten_dict(params, sep="/")
+  matrices = {k: (v, False) for k, v in flat.items() if k.endswith("/kernel")}
+  matrices["head/embedding"] = (flat["head/embedding"], True)
   return matrices
 
 
@@ -166,24 +166,38 @@ class FeatureDraft:
   reads_target_features = True
 
   @classmethod
-  def create(cls, config: llama.LlamaConfig, params: Any, embedding: Any,
-             ids: Sequence[int], pad_id: int | None = None) -> 'FeatureDraft':
+  def create(
+    cls,
+    config: llama.LlamaConfig,
+    params: Any,
+    embedding: Any,
+    ids: Sequence[int],
+    pad_id: int | None = None,
+  ) -> FeatureDraft:
     """Checks shapes and builds. Raises ValueError naming the mismatched argument."""
     ids = np.asarray(ids)
     vocab, width = np.shape(embedding)
     shortlist.index_map(ids, vocab)  # checks the ids
     if width != config.hidden_size or vocab != config.vocab_size:
-      raise ValueError(f'embedding: expected [{config.vocab_size}, '
-                       f'{config.hidden_size}] (the target\'s), got {np.shape(embedding)}')
-    head = np.shape(params['head']['embedding'])
+      raise ValueError(
+        f"embedding: expected [{config.vocab_size}, "
+        f"{config.hidden_size}] (the target's), got {np.shape(embedding)}"
+      )
+    head = np.shape(params["head"]["embedding"])
     if head != (len(ids), width):
-      raise ValueError(f'params: head/embedding is {head}, expected '
-                       f'({len(ids)}, {width}) for {len(ids)} ids')
-    fc = np.shape(params['fc']['kernel'])
+      raise ValueError(
+        f"params: head/embedding is {head}, expected ({len(ids)}, {width}) for {len(ids)} ids"
+      )
+    fc = np.shape(params["fc"]["kernel"])
     if fc != (2 * width, width):
-      raise ValueError(f'params: fc/kernel is {fc}, expected ({2 * width}, {width})')
-    return cls(config=config, params=params, embedding=embedding,
-               ids=jnp.asarray(ids.astype(np.int32)), pad_id=pad_id)
+      raise ValueError(f"params: fc/kernel is {fc}, expected ({2 * width}, {width})")
+    return cls(
+      config=config,
+      params=params,
+      embedding=embedding,
+      ids=jnp.asarray(ids.astype(np.int32)),
+      pad_id=pad_id,
+    )
 
   @property
   def vocab_size(self) -> int:
@@ -193,7 +207,7 @@ class FeatureDraft:
   def feature_size(self) -> int:
     return self.config.hidden_size
 
-  def with_packed_weights(self) -> 'FeatureDraft':
+  def with_packed_weights(self) -> FeatureDraft:
     """This draft with its matrices packed for `specdec.backends.cpu` where enabled
     (bfloat16 packs where bfloat16 holds every weight exactly)."""
     if self.packed is not None or not cpu.enabled():
@@ -210,16 +224,15 @@ class FeatureDraft:
   def start_tokens(self, inputs: Array) -> Array:
     return llama.Llama.start_tokens(self._prompt(), inputs)
 
-  def _apply(self, tokens: Array, features: Array, lengths: Array,
-             cache: tuple[Array, Array]):
-    variables = {'params': self.params}
+  def _apply(self, tokens: Array, features: Array, lengths: Array, cache: tuple[Array, Array]):
+    variables = {"params": self.params}
     if self.packed is not None:
       variables[cpu.PACKED] = self.packed
-    embedded = jnp.take(jnp.asarray(self.embedding, self.config.dtype), tokens, axis=0,
-                        mode='clip')
+    embedded = jnp.take(jnp.asarray(self.embedding, self.config.dtype), tokens, axis=0, mode="clip")
     module = FeatureLayer(self.config, int(self.ids.shape[0]))
-    logits, g, cache = module.apply(variables, embedded, features, lengths, cache,
-                                    method=FeatureLayer.extend)
+    logits, g, cache = module.apply(
+      variables, embedded, features, lengths, cache, method=FeatureLayer.extend
+    )
     return shortlist.expand_logits(logits, self.ids, self.vocab_size), g, cache
 
   def init(self, inputs: Array, max_length: int, features: Array) -> FeatureDraftState:
@@ -231,27 +244,28 @@ class FeatureDraft:
     batch, length = inputs.shape
     capacity = llama.cache_capacity(cfg, length, max_length)
     if features.shape != (batch, length - 1, cfg.hidden_size):
-      raise ValueError(f'features: expected {(batch, length - 1, cfg.hidden_size)} '
-                       f'(the target\'s features of inputs[:, :-1]), got {features.shape}')
+      raise ValueError(
+        f"features: expected {(batch, length - 1, cfg.hidden_size)} "
+        f"(the target's features of inputs[:, :-1]), got {features.shape}"
+      )
     shape = (batch, capacity, cfg.num_kv_heads, cfg.head_dim)
     cache = (jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
     if length > 1:
-      previous = jnp.concatenate(
-          [jnp.zeros_like(features[:, :1]), features[:, :-1]], axis=1)
-      _, _, cache = self._apply(jnp.asarray(inputs)[:, :-1], previous,
-                                jnp.zeros((batch,), jnp.int32), cache)
+      previous = jnp.concatenate([jnp.zeros_like(features[:, :1]), features[:, :-1]], axis=1)
+      _, _, cache = self._apply(
+        jnp.asarray(inputs)[:, :-1], previous, jnp.zeros((batch,), jnp.int32), cache
+      )
     return FeatureDraftState(cache=cache, lengths=prompt_lengths - 1)
 
-  def extend(self, state: FeatureDraftState, tokens: Array, features: Array
-             ) -> tuple[Array, Array, FeatureDraftState]:
+  def extend(
+    self, state: FeatureDraftState, tokens: Array, features: Array
+  ) -> tuple[Array, Array, FeatureDraftState]:
     """tokens int[B, k], each with the feature of the position before it [B, k, d] ->
     (float32 logits [B, k, V], predicted features [B, k, d], state advanced by k)."""
-    base.check_tokens('tokens', tokens, self.vocab_size)
+    base.check_tokens("tokens", tokens, self.vocab_size)
     base.check_chunk(tokens, *state.cache[0].shape[:2])
-    logits, g, cache = self._apply(jnp.asarray(tokens), features, state.lengths,
-                                   state.cache)
-    return logits, g, FeatureDraftState(cache=cache,
-                                        lengths=state.lengths + tokens.shape[1])
+    logits, g, cache = self._apply(jnp.asarray(tokens), features, state.lengths, state.cache)
+    return logits, g, FeatureDraftState(cache=cache, lengths=state.lengths + tokens.shape[1])
 
   def rewind(self, state: FeatureDraftState, lengths: Array) -> FeatureDraftState:
     return state.replace(lengths=base.rewound(state.lengths, lengths))
@@ -260,48 +274,47 @@ class FeatureDraft:
     return state.lengths
 
 
-WEIGHTS_FILE = 'model.safetensors'
-CONFIG_FILE = 'feature_draft.json'
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "feature_draft.json"
 
 
-def save(directory: str, params: Any, ids: Sequence[int], dtype: Any = jnp.bfloat16
-         ) -> None:
+def save(directory: str, params: Any, ids: Sequence[int], dtype: Any = jnp.bfloat16) -> None:
   """Writes the trained fc, layer and norm (`head` is the target's, not stored) in
   `dtype` as safetensors, and the head's ids, to `directory`."""
-  safetensors_flax = _optional.require('safetensors.flax', 'lm',
-                                       purpose='writing a feature draft')
+  safetensors_flax = _optional.require("safetensors.flax", "lm", purpose="writing a feature draft")
   os.makedirs(directory, exist_ok=True)
-  flat = flax.traverse_util.flatten_dict(
-      {k: v for k, v in params.items() if k != 'head'}, sep='/')
-  safetensors_flax.save_file({k: jnp.asarray(v, dtype) for k, v in flat.items()},
-                             os.path.join(directory, WEIGHTS_FILE))
-  with open(os.path.join(directory, CONFIG_FILE), 'w') as f:
-    json.dump({'ids': [int(i) for i in np.asarray(ids)]}, f)
+  flat = flax.traverse_util.flatten_dict({k: v for k, v in params.items() if k != "head"}, sep="/")
+  safetensors_flax.save_file(
+    {k: jnp.asarray(v, dtype) for k, v in flat.items()}, os.path.join(directory, WEIGHTS_FILE)
+  )
+  with open(os.path.join(directory, CONFIG_FILE), "w") as f:
+    json.dump({"ids": [int(i) for i in np.asarray(ids)]}, f)
 
 
 def load(directory: str, target: llama.Llama) -> FeatureDraft:
   """The feature draft `save` wrote, for `target` (float32 weights; its embedding
   and output rows). Raises ValueError naming a missing or malformed file."""
-  safetensors_flax = _optional.require('safetensors.flax', 'lm',
-                                       purpose='reading a feature draft')
+  safetensors_flax = _optional.require("safetensors.flax", "lm", purpose="reading a feature draft")
   weights, config = (os.path.join(directory, n) for n in (WEIGHTS_FILE, CONFIG_FILE))
   for path in (weights, config):
     if not os.path.exists(path):
-      raise ValueError(f'directory: {directory} has no {os.path.basename(path)}')
+      raise ValueError(f"directory: {directory} has no {os.path.basename(path)}")
   try:
     flat = safetensors_flax.load_file(weights)
     with open(config) as f:
-      ids = json.load(f)['ids']
+      ids = json.load(f)["ids"]
   except Exception as e:  # pylint: disable=broad-except
-    raise ValueError(f'directory: malformed feature draft in {directory}: {e}') from e
+    raise ValueError(f"directory: malformed feature draft in {directory}: {e}") from e
   params = flax.traverse_util.unflatten_dict(
-      {k: jnp.asarray(v, jnp.float32) for k, v in flat.items()}, sep='/')
-  expected = jax.eval_shape(lambda: init_params(target.config, len(ids),
-                                                jax.random.key(0)))
-  expected = {k: v for k, v in expected.items() if k != 'head'}
+    {k: jnp.asarray(v, jnp.float32) for k, v in flat.items()}, sep="/"
+  )
+  expected = jax.eval_shape(lambda: init_params(target.config, len(ids), jax.random.key(0)))
+  expected = {k: v for k, v in expected.items() if k != "head"}
   got = jax.tree.map(lambda a: a.shape, params)
   want = jax.tree.map(lambda a: a.shape, expected)
   if got != want:
-    raise ValueError(f'directory: {directory} holds parameters of the wrong shapes for '
-                     f'this target: {got} against {want}')
+    raise ValueError(
+      f"directory: {directory} holds parameters of the wrong shapes for "
+      f"this target: {got} against {want}"
+    )
   return from_target(target, params, ids)

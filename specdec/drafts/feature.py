@@ -17,8 +17,15 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from specdec.drafts.base import (Proposal, draw, no_drafts, owe, stack_drafts, step_keys,
-                                 where_active)
+from specdec.drafts.base import (
+  Proposal,
+  draw,
+  no_drafts,
+  owe,
+  stack_drafts,
+  step_keys,
+  where_active,
+)
 from specdec.verify import take_position
 
 Array = jax.Array
@@ -27,12 +34,12 @@ Array = jax.Array
 @flax.struct.dataclass
 class FeatureProposerState:
   """Attributes:
-    draft_state: the feature draft's state; holds every committed token but `pending`.
-    pending: int32[B, W], the tokens committed since the draft last ran, then
-      placeholders (W = max gamma + 1).
-    pending_features: [B, W, d], the target's feature of the position before each.
-    num_pending: int32[B], real tokens in `pending` (1 to W).
-    start: int32[B], the draft's length when the current iteration began.
+  draft_state: the feature draft's state; holds every committed token but `pending`.
+  pending: int32[B, W], the tokens committed since the draft last ran, then
+    placeholders (W = max gamma + 1).
+  pending_features: [B, W, d], the target's feature of the position before each.
+  num_pending: int32[B], real tokens in `pending` (1 to W).
+  start: int32[B], the draft's length when the current iteration began.
   """
 
   draft_state: Any
@@ -70,32 +77,37 @@ class FeatureProposer:
       first = take_position(target_features, jnp.maximum(before, 0))
       features = features.at[:, 0].set(jnp.where((before >= 0)[:, None], first, 0))
     return FeatureProposerState(
-        draft_state=draft_state, pending=jnp.tile(start[:, None], (1, width)),
-        pending_features=features, num_pending=jnp.ones_like(start),
-        start=jnp.zeros_like(start))
+      draft_state=draft_state,
+      pending=jnp.tile(start[:, None], (1, width)),
+      pending_features=features,
+      num_pending=jnp.ones_like(start),
+      start=jnp.zeros_like(start),
+    )
 
   def propose(self, state, keys, sampling, gamma):
     draft = self.draft
     start = draft.lengths(state.draft_state)
     if gamma == 0:
-      return no_drafts(start.shape[0], self.vocab_size, sampling,
-                       state.replace(start=start))
-    logits, features, draft_state = draft.extend(state.draft_state, state.pending,
-                                                 state.pending_features)
+      return no_drafts(start.shape[0], self.vocab_size, sampling, state.replace(start=start))
+    logits, features, draft_state = draft.extend(
+      state.draft_state, state.pending, state.pending_features
+    )
     draft_state = draft.rewind(draft_state, start + state.num_pending)
     logits1 = take_position(logits, state.num_pending - 1)
     feature1 = take_position(features, state.num_pending - 1)
 
     def step(carry, step_key):
       draft_state, x_prev, feature_prev = carry
-      logits, features, draft_state = draft.extend(draft_state, x_prev[:, None],
-                                                   feature_prev[:, None])
+      logits, features, draft_state = draft.extend(
+        draft_state, x_prev[:, None], feature_prev[:, None]
+      )
       x, bad, q = draw(logits[:, 0], step_key, sampling)
       return (draft_state, x, features[:, 0]), (x, q, bad)
 
     first = draw(logits1, keys[:, 0], sampling)
-    (draft_state, _, _), rest = jax.lax.scan(step, (draft_state, first[0], feature1),
-                                             step_keys(keys, sampling), length=gamma - 1)
+    (draft_state, _, _), rest = jax.lax.scan(
+      step, (draft_state, first[0], feature1), step_keys(keys, sampling), length=gamma - 1
+    )
     x, q, bad = stack_drafts(first, rest, sampling)
     return Proposal(x, q, bad, state.replace(draft_state=draft_state, start=start))
 
@@ -109,15 +121,16 @@ class FeatureProposer:
     pending = jnp.pad(chunk, ((0, 0), (0, pad)), mode="edge")
     pending_features = jnp.pad(features, ((0, 0), (0, pad), (0, 0)))
     new = dict(pending=pending, pending_features=pending_features, num_pending=n + 1)
-    old = dict(pending=state.pending, pending_features=state.pending_features,
-               num_pending=state.num_pending)
+    old = dict(
+      pending=state.pending, pending_features=state.pending_features, num_pending=state.num_pending
+    )
     kept = jnp.where(active, state.start + state.num_pending, state.start)
-    return state.replace(draft_state=self.draft.rewind(state.draft_state, kept),
-                         **where_active(active, new, old))
+    return state.replace(
+      draft_state=self.draft.rewind(state.draft_state, kept), **where_active(active, new, old)
+    )
 
   def _owe(self, state, t, feature, active):
     """An iteration without drafts: t and its feature join `pending` (`owe`)."""
     pending, num_pending = owe(state.pending, state.num_pending, t, active)
     features, _ = owe(state.pending_features, state.num_pending, feature, active)
-    return state.replace(pending=pending, pending_features=features,
-                         num_pending=num_pending)
+    return state.replace(pending=pending, pending_features=features, num_pending=num_pending)

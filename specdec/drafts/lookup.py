@@ -45,13 +45,15 @@ Array = jax.Array
 class LookupState:
   """inner: the wrapped model's state; history: int32[B, T] tokens fed so far (row b's
   first lengths[b] are valid); lengths: int32[B]."""
+
   inner: Any
   history: Array
   lengths: Array
 
 
-def lookup_proposals(history: Array, ends: Array, min_ngram: int, max_ngram: int
-                     ) -> tuple[Array, Array]:
+def lookup_proposals(
+  history: Array, ends: Array, min_ngram: int, max_ngram: int
+) -> tuple[Array, Array]:
   """The token after the most recent earlier occurrence of each context's suffix.
 
   Args:
@@ -96,8 +98,9 @@ def mix_logits(logits: Array, tokens: Array, found: Array, weight: float) -> Arr
     scaled = log_inner + np.float32(np.log1p(-weight))
   at = jnp.take_along_axis(scaled, tokens[..., None], axis=-1)[..., 0]
   boosted = jnp.logaddexp(at, np.float32(np.log(weight)))
-  mixed = jnp.where(jax.nn.one_hot(tokens, logits.shape[-1], dtype=jnp.bool_),
-                    boosted[..., None], scaled)
+  mixed = jnp.where(
+    jax.nn.one_hot(tokens, logits.shape[-1], dtype=jnp.bool_), boosted[..., None], scaled
+  )
   return jnp.where(found[..., None], mixed, logits)
 
 
@@ -118,8 +121,9 @@ class ContextLookup:
   max_ngram: int = flax.struct.field(pytree_node=False, default=4)
 
   @classmethod
-  def create(cls, inner: Any, weight: float = 0.8, min_ngram: int = 2,
-             max_ngram: int = 4) -> 'ContextLookup':
+  def create(
+    cls, inner: Any, weight: float = 0.8, min_ngram: int = 2, max_ngram: int = 4
+  ) -> ContextLookup:
     """Checks the arguments and builds the wrapper.
 
     Raises:
@@ -127,15 +131,15 @@ class ContextLookup:
         1 <= min_ngram <= max_ngram <= 16.
     """
     if isinstance(weight, bool) or not 0.0 < float(weight) <= 1.0:
-      raise ValueError(f'weight must be in (0, 1], got {weight!r}')
-    for name, n in (('min_ngram', min_ngram), ('max_ngram', max_ngram)):
+      raise ValueError(f"weight must be in (0, 1], got {weight!r}")
+    for name, n in (("min_ngram", min_ngram), ("max_ngram", max_ngram)):
       if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= 16:
-        raise ValueError(f'{name} must be an int in [1, 16], got {n!r}')
+        raise ValueError(f"{name} must be an int in [1, 16], got {n!r}")
     if min_ngram > max_ngram:
-      raise ValueError(f'min_ngram ({min_ngram}) must not exceed max_ngram '
-                       f'({max_ngram})')
-    return cls(inner=inner, weight=float(weight), min_ngram=int(min_ngram),
-               max_ngram=int(max_ngram))
+      raise ValueError(f"min_ngram ({min_ngram}) must not exceed max_ngram ({max_ngram})")
+    return cls(
+      inner=inner, weight=float(weight), min_ngram=int(min_ngram), max_ngram=int(max_ngram)
+    )
 
   @property
   def vocab_size(self) -> int:
@@ -143,10 +147,10 @@ class ContextLookup:
 
   @property
   def pad_id(self) -> int | None:
-    return getattr(self.inner, 'pad_id', None)
+    return getattr(self.inner, "pad_id", None)
 
-  def with_packed_weights(self) -> 'ContextLookup':
-    packed = getattr(self.inner, 'with_packed_weights', None)
+  def with_packed_weights(self) -> ContextLookup:
+    packed = getattr(self.inner, "with_packed_weights", None)
     return self.replace(inner=packed()) if packed is not None else self
 
   def start_tokens(self, inputs: Array) -> Array:
@@ -168,16 +172,21 @@ class ContextLookup:
     tokens = jnp.asarray(tokens, jnp.int32)
     k = tokens.shape[1]
     history = jax.vmap(lambda h, t, s: jax.lax.dynamic_update_slice(h, t, (s,)))(
-        state.history, tokens, state.lengths)
+      state.history, tokens, state.lengths
+    )
     ends = state.lengths[:, None] + 1 + jnp.arange(k, dtype=jnp.int32)[None]
     proposal, found = lookup_proposals(history, ends, self.min_ngram, self.max_ngram)
-    return (mix_logits(logits, proposal, found, self.weight),
-            LookupState(inner=inner, history=history, lengths=state.lengths + k))
+    return (
+      mix_logits(logits, proposal, found, self.weight),
+      LookupState(inner=inner, history=history, lengths=state.lengths + k),
+    )
 
   def rewind(self, state: LookupState, lengths: Array) -> LookupState:
-    return LookupState(inner=self.inner.rewind(state.inner, lengths),
-                       history=state.history,
-                       lengths=base.rewound(state.lengths, lengths))
+    return LookupState(
+      inner=self.inner.rewind(state.inner, lengths),
+      history=state.history,
+      lengths=base.rewound(state.lengths, lengths),
+    )
 
   def lengths(self, state: LookupState) -> Array:
     return state.lengths

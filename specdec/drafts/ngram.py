@@ -11,7 +11,7 @@ for acceptance).
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import flax.struct
 import jax
@@ -27,8 +27,7 @@ def _check_vocab(vocab_size: int) -> None:
 
 
 def _check_smoothing(smoothing: float) -> None:
-  if not (isinstance(smoothing, (int, float)) and np.isfinite(smoothing)
-          and smoothing >= 0):
+  if not (isinstance(smoothing, (int, float)) and np.isfinite(smoothing) and smoothing >= 0):
     raise ValueError(f"smoothing must be a finite number >= 0, got {smoothing!r}")
 
 
@@ -48,8 +47,9 @@ def unigram_counts(corpus: Iterable[Sequence[int]], vocab_size: int) -> np.ndarr
   return np.bincount(np.concatenate(seqs), minlength=vocab_size)
 
 
-def bigram_counts(corpus: Iterable[Sequence[int]], vocab_size: int,
-                  start_token: int | None = 0) -> dict[tuple[int, int], int]:
+def bigram_counts(
+  corpus: Iterable[Sequence[int]], vocab_size: int, start_token: int | None = 0
+) -> dict[tuple[int, int], int]:
   """{(a, b): how often token b follows token a}; sparse, as V x V may not fit.
 
   With `start_token` (T5's decoder start, 0), each sequence is counted as if it were
@@ -58,11 +58,11 @@ def bigram_counts(corpus: Iterable[Sequence[int]], vocab_size: int,
   seqs = _sequences(corpus, vocab_size)
   if start_token is not None:
     seqs = [np.concatenate([[start_token], s]) for s in seqs]
-  pairs = np.concatenate([s[:-1] * vocab_size + s[1:] for s in seqs if s.size > 1]
-                         or [np.zeros((0,), np.int64)])
+  pairs = np.concatenate(
+    [s[:-1] * vocab_size + s[1:] for s in seqs if s.size > 1] or [np.zeros((0,), np.int64)]
+  )
   keys, counts = np.unique(pairs, return_counts=True)
-  return {(int(k // vocab_size), int(k % vocab_size)): int(c)
-          for k, c in zip(keys, counts)}
+  return {(int(k // vocab_size), int(k % vocab_size)): int(c) for k, c in zip(keys, counts)}
 
 
 def _log_normalize(counts: np.ndarray, smoothing: float) -> np.ndarray:
@@ -117,17 +117,19 @@ class Unigram(_Ngram):
   log_probs: Array = None
 
   @classmethod
-  def from_counts(cls, counts, smoothing: float = 1.0) -> "Unigram":
+  def from_counts(cls, counts, smoothing: float = 1.0) -> Unigram:
     counts = np.asarray(counts)
     if counts.ndim != 1:
       raise ValueError(f"counts must be [V], got shape {counts.shape}")
     _check_smoothing(smoothing)
-    return cls(vocab_size=int(counts.shape[0]),
-               log_probs=jnp.asarray(_log_normalize(counts, smoothing)))
+    return cls(
+      vocab_size=int(counts.shape[0]), log_probs=jnp.asarray(_log_normalize(counts, smoothing))
+    )
 
   @classmethod
-  def from_corpus(cls, corpus: Iterable[Sequence[int]], vocab_size: int,
-                  smoothing: float = 1.0) -> "Unigram":
+  def from_corpus(
+    cls, corpus: Iterable[Sequence[int]], vocab_size: int, smoothing: float = 1.0
+  ) -> Unigram:
     """Estimates from token-id sequences (e.g. the targets of a training set)."""
     _check_vocab(vocab_size)
     return cls.from_counts(unigram_counts(corpus, vocab_size), smoothing)
@@ -157,12 +159,18 @@ class Bigram(_Ngram):
   rest_logits: Array = None
 
   @classmethod
-  def from_counts(cls, counts: dict[tuple[int, int], int], vocab_size: int,
-                  smoothing: float = 1.0, max_successors: int = 256) -> "Bigram":
+  def from_counts(
+    cls,
+    counts: dict[tuple[int, int], int],
+    vocab_size: int,
+    smoothing: float = 1.0,
+    max_successors: int = 256,
+  ) -> Bigram:
     _check_vocab(vocab_size)
     _check_smoothing(smoothing)
-    if isinstance(max_successors, bool) or not isinstance(max_successors, int) \
-        or max_successors < 1:
+    if (
+      isinstance(max_successors, bool) or not isinstance(max_successors, int) or max_successors < 1
+    ):
       raise ValueError(f"max_successors must be an int >= 1, got {max_successors!r}")
     rows: dict[int, list[tuple[int, int]]] = {}
     for (a, b), c in counts.items():
@@ -178,37 +186,50 @@ class Bigram(_Ngram):
       successors[a] = [b for _, b in entries]
       kept[a] = [c for c, _ in entries]
     # Padded repeats count once: take the mass of the distinct kept entries.
-    distinct = np.concatenate([np.ones((vocab_size, 1), bool),
-                               successors[:, 1:] != successors[:, :1]], axis=1)
+    distinct = np.concatenate(
+      [np.ones((vocab_size, 1), bool), successors[:, 1:] != successors[:, :1]], axis=1
+    )
     total = np.sum(kept * distinct, axis=1) + smoothing * vocab_size
     has_mass = total > 0
     safe = np.where(has_mass, total, 1.0)
     with np.errstate(divide="ignore"):
-      succ = np.where(has_mass[:, None], np.log((kept + smoothing) / safe[:, None]),
-                      -np.log(vocab_size))
+      succ = np.where(
+        has_mass[:, None], np.log((kept + smoothing) / safe[:, None]), -np.log(vocab_size)
+      )
       rest = np.where(has_mass, np.log(smoothing / safe), -np.log(vocab_size))
-    return cls(vocab_size=vocab_size, successors=jnp.asarray(successors),
-               successor_logits=jnp.asarray(succ, jnp.float32),
-               rest_logits=jnp.asarray(rest, jnp.float32))
+    return cls(
+      vocab_size=vocab_size,
+      successors=jnp.asarray(successors),
+      successor_logits=jnp.asarray(succ, jnp.float32),
+      rest_logits=jnp.asarray(rest, jnp.float32),
+    )
 
   @classmethod
-  def from_corpus(cls, corpus: Iterable[Sequence[int]], vocab_size: int,
-                  smoothing: float = 1.0, start_token: int | None = 0,
-                  max_successors: int = 256) -> "Bigram":
+  def from_corpus(
+    cls,
+    corpus: Iterable[Sequence[int]],
+    vocab_size: int,
+    smoothing: float = 1.0,
+    start_token: int | None = 0,
+    max_successors: int = 256,
+  ) -> Bigram:
     """Estimates from token-id sequences (e.g. the targets of a training set)."""
     _check_vocab(vocab_size)
-    return cls.from_counts(bigram_counts(corpus, vocab_size, start_token), vocab_size,
-                           smoothing, max_successors)
+    return cls.from_counts(
+      bigram_counts(corpus, vocab_size, start_token), vocab_size, smoothing, max_successors
+    )
 
   def _logits(self, tokens: Array) -> Array:
-    background = jnp.broadcast_to(self.rest_logits[tokens][..., None],
-                                  tokens.shape + (self.vocab_size,))
+    background = jnp.broadcast_to(
+      self.rest_logits[tokens][..., None], tokens.shape + (self.vocab_size,)
+    )
 
     def scatter(row, ids, values):
       return row.at[ids].set(values)
 
-    flat = jax.vmap(scatter)(background.reshape(-1, self.vocab_size),
-                             self.successors[tokens].reshape(-1, self.successors.shape[1]),
-                             self.successor_logits[tokens].reshape(
-                                 -1, self.successors.shape[1]))
+    flat = jax.vmap(scatter)(
+      background.reshape(-1, self.vocab_size),
+      self.successors[tokens].reshape(-1, self.successors.shape[1]),
+      self.successor_logits[tokens].reshape(-1, self.successors.shape[1]),
+    )
     return flat.reshape(background.shape)

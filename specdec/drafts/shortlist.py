@@ -30,11 +30,12 @@ norm(max(0, p - q)) needs q everywhere.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import dataclasses
-from typing import Any, Sequence
+from typing import Any
 
-import flax.struct
 from flax import traverse_util
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,13 +53,15 @@ def index_map(ids: Sequence[int], vocab_size: int) -> np.ndarray:
   """
   ids = np.asarray(ids)
   if ids.ndim != 1 or not ids.size or not np.issubdtype(ids.dtype, np.integer):
-    raise ValueError(f'shortlist ids must be a non-empty 1-D int array, got '
-                     f'{ids.dtype}{list(ids.shape)}')
+    raise ValueError(
+      f"shortlist ids must be a non-empty 1-D int array, got {ids.dtype}{list(ids.shape)}"
+    )
   if ids.min() < 0 or ids.max() >= vocab_size:
-    raise ValueError(f'shortlist ids must be in [0, {vocab_size}), got ids in '
-                     f'[{ids.min()}, {ids.max()}]')
+    raise ValueError(
+      f"shortlist ids must be in [0, {vocab_size}), got ids in [{ids.min()}, {ids.max()}]"
+    )
   if len(np.unique(ids)) != len(ids):
-    raise ValueError('shortlist ids must not repeat')
+    raise ValueError("shortlist ids must not repeat")
   index = np.full((vocab_size,), len(ids), np.int32)
   index[ids] = np.arange(len(ids), dtype=np.int32)
   return index
@@ -68,7 +71,7 @@ def expand_logits(logits: Array, ids: Array, vocab_size: int) -> Array:
   """Shortlist logits [..., N + 1] (OTHER last) -> float32 [..., V]: -inf off the
   list (`specdec.distributions` gives -inf probability 0, never NaN)."""
   full = jnp.full(logits.shape[:-1] + (vocab_size,), -jnp.inf, jnp.float32)
-  return full.at[..., ids].set(logits[..., :ids.shape[0]].astype(jnp.float32))
+  return full.at[..., ids].set(logits[..., : ids.shape[0]].astype(jnp.float32))
 
 
 @flax.struct.dataclass
@@ -90,23 +93,30 @@ class Shortlist:
   pad_id: int | None = flax.struct.field(pytree_node=False, default=None)
 
   @classmethod
-  def create(cls, inner: llama.Llama, ids: Sequence[int], vocab_size: int,
-             pad_id: int | None = None) -> 'Shortlist':
+  def create(
+    cls, inner: llama.Llama, ids: Sequence[int], vocab_size: int, pad_id: int | None = None
+  ) -> Shortlist:
     """Checks and builds: `inner` over len(ids) + 1 ids, `pad_id` on the list."""
     index = index_map(ids, vocab_size)
     n = len(np.asarray(ids))
     if inner.vocab_size != n + 1:
-      raise ValueError(f'inner: a shortlist of {n} ids needs a model over {n + 1} ids '
-                       f'(the last one OTHER), got vocab_size {inner.vocab_size}')
+      raise ValueError(
+        f"inner: a shortlist of {n} ids needs a model over {n + 1} ids "
+        f"(the last one OTHER), got vocab_size {inner.vocab_size}"
+      )
     inner_pad = None
     if pad_id is not None:
       if not 0 <= pad_id < vocab_size or index[pad_id] == n:
-        raise ValueError(f'pad_id {pad_id} must be a shortlist id (prompts are '
-                         'right-padded with it)')
+        raise ValueError(
+          f"pad_id {pad_id} must be a shortlist id (prompts are right-padded with it)"
+        )
       inner_pad = int(index[pad_id])
-    return cls(inner=inner.replace(pad_id=inner_pad),
-               ids=jnp.asarray(np.asarray(ids, np.int32)), index=jnp.asarray(index),
-               pad_id=pad_id)
+    return cls(
+      inner=inner.replace(pad_id=inner_pad),
+      ids=jnp.asarray(np.asarray(ids, np.int32)),
+      index=jnp.asarray(index),
+      pad_id=pad_id,
+    )
 
   @property
   def vocab_size(self) -> int:
@@ -120,35 +130,34 @@ class Shortlist:
   def shortlist_ids(self) -> Array:
     return self.ids
 
-  def with_packed_weights(self) -> 'Shortlist':
+  def with_packed_weights(self) -> Shortlist:
     """`llama.Llama.with_packed_weights` of the inner model."""
     return self.replace(inner=self.inner.with_packed_weights())
 
   def _map(self, name: str, tokens: Array) -> Array:
     base.check_tokens(name, tokens, self.vocab_size)
-    return jnp.take(self.index, jnp.asarray(tokens), axis=0, mode='clip')
+    return jnp.take(self.index, jnp.asarray(tokens), axis=0, mode="clip")
 
   def start_tokens(self, inputs: Array) -> Array:
     """int32[B]: each row's last prompt token (full-vocabulary ids)."""
-    last = self.inner.prompt_lengths(self._map('inputs', inputs)) - 1
-    return jnp.take_along_axis(jnp.asarray(inputs), last[:, None], axis=1)[:, 0].astype(
-        jnp.int32)
+    last = self.inner.prompt_lengths(self._map("inputs", inputs)) - 1
+    return jnp.take_along_axis(jnp.asarray(inputs), last[:, None], axis=1)[:, 0].astype(jnp.int32)
 
   def init(self, inputs: Array, max_length: int) -> llama.LlamaState:
-    return self.inner.init(self._map('inputs', inputs), max_length)
+    return self.inner.init(self._map("inputs", inputs), max_length)
 
-  def extend(self, state: llama.LlamaState, tokens: Array
-             ) -> tuple[Array, llama.LlamaState]:
+  def extend(self, state: llama.LlamaState, tokens: Array) -> tuple[Array, llama.LlamaState]:
     """tokens: int[B, k] (full ids) -> (float32 logits [B, k, V], new state)."""
     logits, state = self.extend_shortlist(state, tokens)
     return expand_logits(logits, self.ids, self.vocab_size), state
 
-  def extend_shortlist(self, state: llama.LlamaState, tokens: Array
-                       ) -> tuple[Array, llama.LlamaState]:
+  def extend_shortlist(
+    self, state: llama.LlamaState, tokens: Array
+  ) -> tuple[Array, llama.LlamaState]:
     """tokens: int[B, k] (full ids) -> (float32 logits [B, k, N] of `ids`, OTHER's
     left out; new state)."""
-    logits, state = self.inner.extend(state, self._map('tokens', tokens))
-    return logits[..., :self.shortlist_size].astype(jnp.float32), state
+    logits, state = self.inner.extend(state, self._map("tokens", tokens))
+    return logits[..., : self.shortlist_size].astype(jnp.float32), state
 
   def rewind(self, state: llama.LlamaState, lengths: Array) -> llama.LlamaState:
     return self.inner.rewind(state, lengths)
@@ -173,7 +182,7 @@ class OutputShortlist:
   ids: Any
 
   @classmethod
-  def create(cls, inner: Any, ids: Sequence[int]) -> 'OutputShortlist':
+  def create(cls, inner: Any, ids: Sequence[int]) -> OutputShortlist:
     """Checks `ids` against `inner.vocab_size` (`index_map`) and builds."""
     index_map(ids, inner.vocab_size)
     return cls(inner=inner, ids=jnp.asarray(np.asarray(ids, np.int32)))
@@ -186,7 +195,7 @@ class OutputShortlist:
   def shortlist_ids(self) -> Array:
     return self.ids
 
-  def with_packed_weights(self) -> 'OutputShortlist':
+  def with_packed_weights(self) -> OutputShortlist:
     """The inner model's `with_packed_weights`."""
     return self.replace(inner=self.inner.with_packed_weights())
 
@@ -205,8 +214,9 @@ class OutputShortlist:
     """tokens: int[B, k] -> (float32 logits [B, k, N] of `ids`, new state)."""
     logits, state = self.inner.extend(state, tokens)
     if logits.shape[-1] != self.ids.shape[0]:
-      raise ValueError(f'inner: logits over {logits.shape[-1]} ids, the shortlist has '
-                       f'{self.ids.shape[0]}')
+      raise ValueError(
+        f"inner: logits over {logits.shape[-1]} ids, the shortlist has {self.ids.shape[0]}"
+      )
     return logits.astype(jnp.float32), state
 
   def rewind(self, state: Any, lengths: Array) -> Any:
@@ -228,14 +238,15 @@ def t5_output_shortlist(model: Any, ids: Sequence[int]) -> OutputShortlist:
     ValueError: a tied (v1.0) model, or `ids` not valid for its vocabulary.
   """
   from specdec.models import t5  # pylint: disable=g-import-not-at-top
+
   if not isinstance(model, t5.T5) or model.config.logits_via_embedding:
-    raise ValueError('t5_output_shortlist needs an untied (v1.1) t5.T5 model')
+    raise ValueError("t5_output_shortlist needs an untied (v1.1) t5.T5 model")
   index_map(ids, model.vocab_size)
   cols = np.asarray(ids, np.int32)
-  flat = traverse_util.flatten_dict(model.params, sep='/')
-  name = 'decoder/logits_dense/kernel'
+  flat = traverse_util.flatten_dict(model.params, sep="/")
+  name = "decoder/logits_dense/kernel"
   flat[name] = jnp.take(jnp.asarray(flat[name]), jnp.asarray(cols), axis=1)
-  params = traverse_util.unflatten_dict(flat, sep='/')
+  params = traverse_util.unflatten_dict(flat, sep="/")
   cfg = dataclasses.replace(model.config, output_vocab_size=len(cols))
   inner = model.replace(config=cfg, params=params, packed=None)
   if model.packed is not None:

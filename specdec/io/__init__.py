@@ -10,8 +10,19 @@
   file) and `T5Tokenizer` (T5's SentencePiece), both `TextTokenizer`s.
 """
 
-__all__ = ['load_gguf', 'save_gguf', 'load_hf', 'load_hf_llama', 'save_hf', 'save_hf_llama',
-           'load_t5x', 'save_t5x', 'T5Tokenizer', 'TextTokenizer', 'Tokenizer']
+__all__ = [
+  "load_gguf",
+  "save_gguf",
+  "load_hf",
+  "load_hf_llama",
+  "save_hf",
+  "save_hf_llama",
+  "load_t5x",
+  "save_t5x",
+  "T5Tokenizer",
+  "TextTokenizer",
+  "Tokenizer",
+]
 
 from specdec.io.gguf import load_gguf, save_gguf
 from specdec.io.hf import load_hf, load_hf_llama, save_hf, save_hf_llama

@@ -16,7 +16,7 @@ DTypeLike = Any
 
 
 def join_key(path: Iterable[str]) -> str:
-  return '/'.join(path)
+  return "/".join(path)
 
 
 def flatten(tree: Mapping[str, Any]) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def flatten(tree: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def unflatten(flat: Mapping[str, Any]) -> Params:
-  return traverse_util.unflatten_dict({tuple(k.split('/')): v for k, v in flat.items()})
+  return traverse_util.unflatten_dict({tuple(k.split("/")): v for k, v in flat.items()})
 
 
 def float_dtype(dtype: DTypeLike | None) -> np.dtype | None:
@@ -34,15 +34,17 @@ def float_dtype(dtype: DTypeLike | None) -> np.dtype | None:
   try:
     result = jnp.dtype(dtype)
   except TypeError as e:
-    raise TypeError(f'dtype: {dtype!r} is not a dtype') from e
+    raise TypeError(f"dtype: {dtype!r} is not a dtype") from e
   if not jnp.issubdtype(result, jnp.floating):
-    raise ValueError(f'dtype must be a float dtype, got {result}')
+    raise ValueError(f"dtype must be a float dtype, got {result}")
   return result
 
 
-def check_flat(found: Mapping[str, tuple[int, ...]],
-               expected: Mapping[str, tuple[int, ...]],
-               describe: Callable[[str], str]) -> None:
+def check_flat(
+  found: Mapping[str, tuple[int, ...]],
+  expected: Mapping[str, tuple[int, ...]],
+  describe: Callable[[str], str],
+) -> None:
   """Checks flat {key: shape} against the expected one; `describe(key)` names a key.
 
   Raises:
@@ -51,13 +53,15 @@ def check_flat(found: Mapping[str, tuple[int, ...]],
   """
   for key in sorted(expected):
     if key not in found:
-      raise ValueError(f'missing key {describe(key)}: the config expects shape '
-                       f'{expected[key]}')
+      raise ValueError(f"missing key {describe(key)}: the config expects shape {expected[key]}")
   for key in sorted(found):
     if key not in expected:
-      raise ValueError(f'unexpected key {describe(key)} with shape '
-                       f'{tuple(found[key])}: not a parameter of this config')
+      raise ValueError(
+        f"unexpected key {describe(key)} with shape "
+        f"{tuple(found[key])}: not a parameter of this config"
+      )
     if tuple(found[key]) != expected[key]:
-      raise ValueError(f'shape mismatch for {describe(key)}: the checkpoint has '
-                       f'{tuple(found[key])}, the config expects {expected[key]}')
-
+      raise ValueError(
+        f"shape mismatch for {describe(key)}: the checkpoint has "
+        f"{tuple(found[key])}, the config expects {expected[key]}"
+      )

@@ -32,11 +32,25 @@ from typing import Any, Protocol, runtime_checkable
 
 from specdec import _optional, data
 
-__all__ = ['INSTALL_HINT', 'NORMAL', 'UNKNOWN', 'CONTROL', 'USER_DEFINED', 'UNUSED', 'BYTE',
-           'LLAMA3_SPLIT', 'PRE_TOKENIZER_SPLITS', 'TOKENIZER_MODEL', 'TextTokenizer',
-           'bytes_to_unicode', 'Tokenizer', 'from_gguf', 'T5Tokenizer']
+__all__ = [
+  "INSTALL_HINT",
+  "NORMAL",
+  "UNKNOWN",
+  "CONTROL",
+  "USER_DEFINED",
+  "UNUSED",
+  "BYTE",
+  "LLAMA3_SPLIT",
+  "PRE_TOKENIZER_SPLITS",
+  "TOKENIZER_MODEL",
+  "TextTokenizer",
+  "bytes_to_unicode",
+  "Tokenizer",
+  "from_gguf",
+  "T5Tokenizer",
+]
 
-INSTALL_HINT = _optional.install_command('lm')
+INSTALL_HINT = _optional.install_command("lm")
 
 # llama.cpp's token types (gguf.TokenType).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -45,15 +59,25 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 # list; SmolLM2's `smollm` also splits digits one by one in llama.cpp, which cannot
 # change a result here: its vocabulary has no merge with a digit in it.
 LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+  r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+  r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 PRE_TOKENIZER_SPLITS = {
-    'default': None, 'gpt2': None, 'gpt-2': None, 'smollm': None, 'starcoder': None,
-    'refact': None, 'mpt': None, 'olmo': None,
-    'llama3': LLAMA3_SPLIT, 'llama-v3': LLAMA3_SPLIT, 'llama-bpe': LLAMA3_SPLIT,
-    'smaug-bpe': LLAMA3_SPLIT, 'dbrx': LLAMA3_SPLIT,
+  "default": None,
+  "gpt2": None,
+  "gpt-2": None,
+  "smollm": None,
+  "starcoder": None,
+  "refact": None,
+  "mpt": None,
+  "olmo": None,
+  "llama3": LLAMA3_SPLIT,
+  "llama-v3": LLAMA3_SPLIT,
+  "llama-bpe": LLAMA3_SPLIT,
+  "smaug-bpe": LLAMA3_SPLIT,
+  "dbrx": LLAMA3_SPLIT,
 }
-TOKENIZER_MODEL = 'gpt2'
+TOKENIZER_MODEL = "gpt2"
 
 
 @runtime_checkable
@@ -70,23 +94,24 @@ class TextTokenizer(Protocol):
   eos_id: int | None
   pad_id: int | None
 
-  def encode(self, text: str) -> list[int]:
-    ...
+  def encode(self, text: str) -> list[int]: ...
 
-  def decode(self, ids: Sequence[int]) -> str:
-    ...
+  def decode(self, ids: Sequence[int]) -> str: ...
 
 
 def _imports():
-  for module in ('tokenizers', 'jinja2'):
-    _optional.require(module, 'lm', purpose='the GGUF tokenizer')
+  for module in ("tokenizers", "jinja2"):
+    _optional.require(module, "lm", purpose="the GGUF tokenizer")
 
 
 @functools.cache
 def bytes_to_unicode() -> dict[int, str]:
   """GPT-2's byte -> printable character table (the ByteLevel alphabet)."""
-  bs = (list(range(ord('!'), ord('~') + 1)) + list(range(ord('¡'), ord('¬') + 1))
-        + list(range(ord('®'), ord('ÿ') + 1)))
+  bs = (
+    list(range(ord("!"), ord("~") + 1))
+    + list(range(ord("¡"), ord("¬") + 1))
+    + list(range(ord("®"), ord("ÿ") + 1))
+  )
   cs = bs[:]
   n = 0
   for b in range(256):
@@ -100,27 +125,30 @@ def bytes_to_unicode() -> dict[int, str]:
 @functools.lru_cache(maxsize=16)
 def _compile_template(template: str):
   """The template compiled as transformers' `_compile_jinja_template` does."""
-  jinja2 = _optional.require('jinja2', 'lm', purpose='a chat template')
-  ext = _optional.require('jinja2.ext', 'lm', purpose='a chat template')
-  sandbox = _optional.require('jinja2.sandbox', 'lm', purpose='a chat template')
+  jinja2 = _optional.require("jinja2", "lm", purpose="a chat template")
+  ext = _optional.require("jinja2.ext", "lm", purpose="a chat template")
+  sandbox = _optional.require("jinja2.sandbox", "lm", purpose="a chat template")
 
   def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
   def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
     # Jinja's own tojson escapes HTML characters, which chat templates do not want.
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+    return json.dumps(
+      x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
   def strftime_now(fmt):
     import datetime
+
     return datetime.datetime.now().strftime(fmt)
 
-  env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                              extensions=[ext.loopcontrols])
-  env.filters['tojson'] = tojson
-  env.globals['raise_exception'] = raise_exception
-  env.globals['strftime_now'] = strftime_now
+  env = sandbox.ImmutableSandboxedEnvironment(
+    trim_blocks=True, lstrip_blocks=True, extensions=[ext.loopcontrols]
+  )
+  env.filters["tojson"] = tojson
+  env.globals["raise_exception"] = raise_exception
+  env.globals["strftime_now"] = strftime_now
   return env.from_string(template)
 
 
@@ -135,30 +163,49 @@ class Tokenizer:
     chat_template: the Jinja template, or None.
   """
 
-  def __init__(self, tokens: Sequence[str], merges: Sequence[str],
-               token_types: Sequence[int] | None = None, *, bos_id: int | None = None,
-               eos_id: int | None = None, pad_id: int | None = None,
-               unk_id: int | None = None, chat_template: str | None = None,
-               add_bos: bool = False, add_eos: bool = False, pre: str | None = None):
+  def __init__(
+    self,
+    tokens: Sequence[str],
+    merges: Sequence[str],
+    token_types: Sequence[int] | None = None,
+    *,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    pad_id: int | None = None,
+    unk_id: int | None = None,
+    chat_template: str | None = None,
+    add_bos: bool = False,
+    add_eos: bool = False,
+    pre: str | None = None,
+  ):
     _imports()
-    tokenizers = _optional.require('tokenizers', 'lm', purpose='the GGUF tokenizer')
+    tokenizers = _optional.require("tokenizers", "lm", purpose="the GGUF tokenizer")
     AddedToken, Regex = tokenizers.AddedToken, tokenizers.Regex  # pylint: disable=C0103
-    decoders, models, pre_tokenizers = (tokenizers.decoders, tokenizers.models,
-                                        tokenizers.pre_tokenizers)
+    decoders, models, pre_tokenizers = (
+      tokenizers.decoders,
+      tokenizers.models,
+      tokenizers.pre_tokenizers,
+    )
     tokens = list(tokens)
     if not tokens:
-      raise ValueError('tokens: the vocabulary is empty')
+      raise ValueError("tokens: the vocabulary is empty")
     token_types = list(token_types) if token_types is not None else [NORMAL] * len(tokens)
     if len(token_types) != len(tokens):
-      raise ValueError(f'token_types: {len(token_types)} types for {len(tokens)} tokens')
-    for name, value in (('bos_id', bos_id), ('eos_id', eos_id), ('pad_id', pad_id),
-                        ('unk_id', unk_id)):
+      raise ValueError(f"token_types: {len(token_types)} types for {len(tokens)} tokens")
+    for name, value in (
+      ("bos_id", bos_id),
+      ("eos_id", eos_id),
+      ("pad_id", pad_id),
+      ("unk_id", unk_id),
+    ):
       if value is not None and not 0 <= value < len(tokens):
-        raise ValueError(f'{name}: {value} is outside the vocabulary [0, {len(tokens)})')
-    key = pre if pre is not None else 'default'
+        raise ValueError(f"{name}: {value} is outside the vocabulary [0, {len(tokens)})")
+    key = pre if pre is not None else "default"
     if key not in PRE_TOKENIZER_SPLITS:
-      raise ValueError(f'pre: tokenizer.ggml.pre {pre!r} is not supported; supported: '
-                       f'{sorted(PRE_TOKENIZER_SPLITS)}')
+      raise ValueError(
+        f"pre: tokenizer.ggml.pre {pre!r} is not supported; supported: "
+        f"{sorted(PRE_TOKENIZER_SPLITS)}"
+      )
     self.tokens = tokens
     self.token_types = token_types
     self.bos_id, self.eos_id, self.pad_id, self.unk_id = bos_id, eos_id, pad_id, unk_id
@@ -172,37 +219,57 @@ class Tokenizer:
     vocab = {}
     for index, token in enumerate(tokens):
       if not set(token) <= alphabet:
-        token = ''.join(spelling[b] for b in token.encode('utf-8'))
+        token = "".join(spelling[b] for b in token.encode("utf-8"))
       vocab[token] = index  # the last of duplicates wins, as in transformers
     pairs: list[tuple[str, str]] = []
     for merge in merges:
-      parts = merge.split(' ')
+      parts = merge.split(" ")
       if len(parts) != 2:
-        raise ValueError(f'merges: {merge!r} is not two tokens separated by one space')
+        raise ValueError(f"merges: {merge!r} is not two tokens separated by one space")
       pairs.append((parts[0], parts[1]))
-    backend = tokenizers.Tokenizer(models.BPE(
-        vocab=vocab, merges=pairs, dropout=None, continuing_subword_prefix='',
-        end_of_word_suffix='', fuse_unk=False))
+    backend = tokenizers.Tokenizer(
+      models.BPE(
+        vocab=vocab,
+        merges=pairs,
+        dropout=None,
+        continuing_subword_prefix="",
+        end_of_word_suffix="",
+        fuse_unk=False,
+      )
+    )
     split = PRE_TOKENIZER_SPLITS[key]
     if split is None:
       backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     else:
-      backend.pre_tokenizer = pre_tokenizers.Sequence([
-          pre_tokenizers.Split(Regex(split), behavior='isolated'),
-          pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+      backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+          pre_tokenizers.Split(Regex(split), behavior="isolated"),
+          pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+      )
     backend.decoder = decoders.ByteLevel()
     # Control tokens (<|im_start|>, ...) are matched whole in the text, as special
     # tokens; a control token outside the byte alphabet would grow the vocabulary past
     # the model's, so, as in transformers, it is left out.
-    backend.add_special_tokens([
+    backend.add_special_tokens(
+      [
         AddedToken(t, normalized=False, special=True)
-        for t, kind in zip(tokens, token_types) if kind == CONTROL and set(t) <= alphabet])
-    backend.add_tokens([
+        for t, kind in zip(tokens, token_types)
+        if kind == CONTROL and set(t) <= alphabet
+      ]
+    )
+    backend.add_tokens(
+      [
         AddedToken(t, normalized=False, special=False)
-        for t, kind in zip(tokens, token_types) if kind == USER_DEFINED and t in vocab])
+        for t, kind in zip(tokens, token_types)
+        if kind == USER_DEFINED and t in vocab
+      ]
+    )
     if backend.get_vocab_size(with_added_tokens=True) > len(tokens):
-      raise ValueError(f'tokens: {len(tokens)} tokens built a vocabulary of '
-                       f'{backend.get_vocab_size(with_added_tokens=True)}')
+      raise ValueError(
+        f"tokens: {len(tokens)} tokens built a vocabulary of "
+        f"{backend.get_vocab_size(with_added_tokens=True)}"
+      )
     self._backend = backend
 
   @classmethod
@@ -214,39 +281,54 @@ class Tokenizer:
         byte-level BPE (`tokenizer.ggml.model` other than "gpt2").
     """
     from specdec.io import gguf
+
     return cls.from_reader(gguf.open_gguf(path), source=os.fspath(path))
 
   @classmethod
-  def from_reader(cls, reader, source: str = 'GGUF file') -> Tokenizer:
+  def from_reader(cls, reader, source: str = "GGUF file") -> Tokenizer:
     """From an open `gguf.GGUFReader` (`specdec.io.gguf.open_gguf`), read once for
     both the model and its tokenizer."""
-    return cls.from_metadata({key: field.contents() for key, field in reader.fields.items()
-                              if key.startswith('tokenizer.')}, source=source)
+    return cls.from_metadata(
+      {
+        key: field.contents()
+        for key, field in reader.fields.items()
+        if key.startswith("tokenizer.")
+      },
+      source=source,
+    )
 
   @classmethod
-  def from_metadata(cls, meta: Mapping[str, Any], source: str = 'metadata') -> Tokenizer:
+  def from_metadata(cls, meta: Mapping[str, Any], source: str = "metadata") -> Tokenizer:
     """From {GGUF key: value} (`tokenizer.ggml.tokens`, `tokenizer.ggml.merges`, ...)."""
-    model = meta.get('tokenizer.ggml.model')
-    if model is None or 'tokenizer.ggml.tokens' not in meta:
-      raise ValueError(f'{source}: no tokenizer in the metadata (tokenizer.ggml.model / '
-                       'tokenizer.ggml.tokens missing)')
+    model = meta.get("tokenizer.ggml.model")
+    if model is None or "tokenizer.ggml.tokens" not in meta:
+      raise ValueError(
+        f"{source}: no tokenizer in the metadata (tokenizer.ggml.model / "
+        "tokenizer.ggml.tokens missing)"
+      )
     if model != TOKENIZER_MODEL:
-      raise ValueError(f'{source}: tokenizer.ggml.model {model!r} is not supported; only '
-                       f'{TOKENIZER_MODEL!r} (byte-level BPE)')
-    if 'tokenizer.ggml.merges' not in meta:
-      raise ValueError(f'{source}: tokenizer.ggml.merges missing (a BPE vocabulary needs '
-                       'its merges)')
+      raise ValueError(
+        f"{source}: tokenizer.ggml.model {model!r} is not supported; only "
+        f"{TOKENIZER_MODEL!r} (byte-level BPE)"
+      )
+    if "tokenizer.ggml.merges" not in meta:
+      raise ValueError(
+        f"{source}: tokenizer.ggml.merges missing (a BPE vocabulary needs its merges)"
+      )
     get = meta.get
-    return cls(meta['tokenizer.ggml.tokens'], meta['tokenizer.ggml.merges'],
-               get('tokenizer.ggml.token_type'),
-               bos_id=get('tokenizer.ggml.bos_token_id'),
-               eos_id=get('tokenizer.ggml.eos_token_id'),
-               pad_id=get('tokenizer.ggml.padding_token_id'),
-               unk_id=get('tokenizer.ggml.unknown_token_id'),
-               chat_template=get('tokenizer.chat_template'),
-               add_bos=get('tokenizer.ggml.add_bos_token', False),
-               add_eos=get('tokenizer.ggml.add_eos_token', False),
-               pre=get('tokenizer.ggml.pre'))
+    return cls(
+      meta["tokenizer.ggml.tokens"],
+      meta["tokenizer.ggml.merges"],
+      get("tokenizer.ggml.token_type"),
+      bos_id=get("tokenizer.ggml.bos_token_id"),
+      eos_id=get("tokenizer.ggml.eos_token_id"),
+      pad_id=get("tokenizer.ggml.padding_token_id"),
+      unk_id=get("tokenizer.ggml.unknown_token_id"),
+      chat_template=get("tokenizer.chat_template"),
+      add_bos=get("tokenizer.ggml.add_bos_token", False),
+      add_eos=get("tokenizer.ggml.add_eos_token", False),
+      pre=get("tokenizer.ggml.pre"),
+    )
 
   @property
   def vocab_size(self) -> int:
@@ -262,7 +344,7 @@ class Tokenizer:
     transformers.
     """
     if not isinstance(text, str):
-      raise TypeError(f'text must be a str, got {type(text).__name__}')
+      raise TypeError(f"text must be a str, got {type(text).__name__}")
     ids = self._backend.encode(text, add_special_tokens=False).ids
     if add_special_tokens:
       if self.add_bos and self.bos_id is not None:
@@ -276,11 +358,12 @@ class Tokenizer:
     ids = [int(i) for i in ids]
     bad = [i for i in ids if not 0 <= i < self.vocab_size]
     if bad:
-      raise ValueError(f'ids: {bad[0]} is outside the vocabulary [0, {self.vocab_size})')
+      raise ValueError(f"ids: {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
     return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
-  def render_chat(self, messages: Sequence[Mapping[str, Any]],
-                  add_generation_prompt: bool = True, **kwargs) -> str:
+  def render_chat(
+    self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True, **kwargs
+  ) -> str:
     """The chat template rendered over `messages` ([{"role", "content"}, ...]).
 
     The template sees `messages`, `add_generation_prompt`, the special tokens' text
@@ -288,22 +371,35 @@ class Tokenizer:
     transformers.
     """
     if self.chat_template is None:
-      raise ValueError('messages: this tokenizer has no chat template '
-                       '(tokenizer.chat_template missing from the file)')
+      raise ValueError(
+        "messages: this tokenizer has no chat template "
+        "(tokenizer.chat_template missing from the file)"
+      )
     if isinstance(messages, Mapping) or not all(isinstance(m, Mapping) for m in messages):
       raise TypeError('messages must be a list of dicts with "role" and "content"')
-    specials = {name: self.token(i) for name, i in (
-        ('bos_token', self.bos_id), ('eos_token', self.eos_id),
-        ('unk_token', self.unk_id), ('pad_token', self.pad_id)) if i is not None}
+    specials = {
+      name: self.token(i)
+      for name, i in (
+        ("bos_token", self.bos_id),
+        ("eos_token", self.eos_id),
+        ("unk_token", self.unk_id),
+        ("pad_token", self.pad_id),
+      )
+      if i is not None
+    }
     return _compile_template(self.chat_template).render(
-        messages=[dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
-        **{**specials, **kwargs})
+      messages=[dict(m) for m in messages],
+      add_generation_prompt=add_generation_prompt,
+      **{**specials, **kwargs},
+    )
 
-  def apply_chat_template(self, messages: Sequence[Mapping[str, Any]],
-                          add_generation_prompt: bool = True, **kwargs) -> list[int]:
+  def apply_chat_template(
+    self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True, **kwargs
+  ) -> list[int]:
     """The rendered chat as ids (no BOS / EOS added: the template writes its own)."""
-    return self.encode(self.render_chat(messages, add_generation_prompt, **kwargs),
-                       add_special_tokens=False)
+    return self.encode(
+      self.render_chat(messages, add_generation_prompt, **kwargs), add_special_tokens=False
+    )
 
 
 def from_gguf(path: str | os.PathLike) -> Tokenizer:

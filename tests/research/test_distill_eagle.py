@@ -3,22 +3,28 @@ the target's, training lowers its loss, and the draft it saves decodes exactly."
 
 import jax
 import jax.numpy as jnp
+from llama_helpers import target_features, tiny_model
 import numpy as np
 import pytest
 
-import distill_eagle
 import specdec
 from specdec.distributions import SamplingConfig
 from specdec.drafts import eagle
-from llama_helpers import target_features, tiny_model
+
+import distill_eagle
 
 pytestmark = pytest.mark.research
 
 
 def _sequences(n, seed=0):
   rng = np.random.default_rng(seed)
-  return [(rng.integers(1, 64, rng.integers(2, 6)).astype(np.int32),
-           rng.integers(1, 64, rng.integers(3, 9)).astype(np.int32)) for _ in range(n)]
+  return [
+    (
+      rng.integers(1, 64, rng.integers(2, 6)).astype(np.int32),
+      rng.integers(1, 64, rng.integers(3, 9)).astype(np.int32),
+    )
+    for _ in range(n)
+  ]
 
 
 def test_extracted_features_are_the_targets_hidden_states(tmp_path):
@@ -49,10 +55,12 @@ def test_training_lowers_the_loss_and_saves_a_draft_that_decodes_exactly(tmp_pat
   np.testing.assert_array_equal(draft.ids, ids)
   x = jnp.asarray(data[0][0][None, :4])
   greedy = SamplingConfig(temperature=0.0)
-  spec = specdec.speculative_sample(target, draft, x, jax.random.key(0), gamma=3,
-                                    max_new_tokens=12, sampling=greedy)
-  base = specdec.autoregressive_sample(target, x, jax.random.key(0), max_new_tokens=12,
-                                       sampling=greedy)
+  spec = specdec.speculative_sample(
+    target, draft, x, jax.random.key(0), gamma=3, max_new_tokens=12, sampling=greedy
+  )
+  base = specdec.autoregressive_sample(
+    target, x, jax.random.key(0), max_new_tokens=12, sampling=greedy
+  )
   np.testing.assert_array_equal(spec.tokens, base.tokens)
 
 
@@ -93,5 +101,11 @@ def test_settings_and_training_refuse_bad_values_by_flag_name(tmp_path):
   distill_eagle.extract(target, 0, _sequences(3), path)
   data = distill_eagle.load_features(path)
   with pytest.raises(ValueError, match="eagle_batch"):
-    distill_eagle.train(target, np.arange(8, dtype=np.int32), data, data, str(tmp_path),
-                        distill_eagle.EagleSettings(batch=4))
+    distill_eagle.train(
+      target,
+      np.arange(8, dtype=np.int32),
+      data,
+      data,
+      str(tmp_path),
+      distill_eagle.EagleSettings(batch=4),
+    )

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 import row_identity
+
 from specdec.bench import workloads
 
 pytestmark = pytest.mark.research
@@ -12,8 +12,9 @@ pytestmark = pytest.mark.research
 def test_a_toy_pairs_rows_are_counted_alone_and_in_batches(monkeypatch):
   work = workloads.load("toy_llama", 4, draft="d")
   inputs = np.asarray(work.inputs)
-  report = row_identity.identity_rates(work.target, work.drafts["d"], inputs,
-                                       work.eos_id, [2, 4], 5, 2)
+  report = row_identity.identity_rates(
+    work.target, work.drafts["d"], inputs, work.eos_id, [2, 4], 5, 2
+  )
   assert set(report) == {"autoregressive", "speculative_gamma2"}
   for entry in report.values():
     assert len(entry["alone_lengths"]) == 4
@@ -28,8 +29,9 @@ def test_a_toy_pairs_rows_are_counted_alone_and_in_batches(monkeypatch):
     return rows[:3] + [rows[3] + 1] if batch == 4 else rows
 
   monkeypatch.setattr(row_identity, "decode_rows", shifted)
-  report = row_identity.identity_rates(work.target, work.drafts["d"], inputs,
-                                       work.eos_id, [4], 5, 2)
+  report = row_identity.identity_rates(
+    work.target, work.drafts["d"], inputs, work.eos_id, [4], 5, 2
+  )
   assert report["autoregressive"]["4"]["differing"] == [3]
   assert report["autoregressive"]["4"]["rate"] == 0.75
   table = row_identity.table([{"pair": "toy_llama", "decoders": report}], [4])

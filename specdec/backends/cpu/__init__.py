@@ -53,6 +53,7 @@ lowering platform like the product, and switched off with it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import ctypes
 import functools
 import hashlib
@@ -62,8 +63,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from typing import Any
 import warnings
-from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -80,8 +81,10 @@ SOURCES = (_HERE / "skinny_matmul.cc", _HERE / "greedy.cc")
 # product has enough rows for XLA's blocked matrix product to stream well.
 MAX_ROWS = 16
 ENV_SWITCH = "SPECDEC_CPU_KERNELS"
-_TARGETS = {"float32": ("specdec_packed_matmul", "SpecdecPackedMatmul"),
-            "bfloat16": ("specdec_packed_matmul_bf16", "SpecdecPackedMatmulBf16")}
+_TARGETS = {
+  "float32": ("specdec_packed_matmul", "SpecdecPackedMatmul"),
+  "bfloat16": ("specdec_packed_matmul_bf16", "SpecdecPackedMatmulBf16"),
+}
 _GREEDY = ("specdec_greedy_checked", "SpecdecGreedyChecked")
 # Every FFI target the library registers (none may appear in an accelerator program).
 ALL_TARGETS = (*_TARGETS.values(), _GREEDY)
@@ -109,9 +112,12 @@ def _compiler() -> str | None:
 
 def library_path() -> pathlib.Path:
   """The cached library's path: keyed by the source, flags and jaxlib's FFI version."""
-  key = hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES)
-                       + " ".join(_FLAGS).encode()
-                       + jax.__version__.encode() + sys.platform.encode())
+  key = hashlib.sha256(
+    b"".join(source.read_bytes() for source in SOURCES)
+    + " ".join(_FLAGS).encode()
+    + jax.__version__.encode()
+    + sys.platform.encode()
+  )
   return cache_dir() / f"skinny_matmul-{key.hexdigest()[:16]}.so"
 
 
@@ -130,8 +136,7 @@ def build(path: pathlib.Path | None = None) -> pathlib.Path:
   fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
   os.close(fd)
   try:
-    cmd = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o",
-           tmp]
+    cmd = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", tmp]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode:
       raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-4000:]}")
@@ -152,13 +157,15 @@ def _load() -> bool:
       build(path)
     lib = ctypes.cdll.LoadLibrary(str(path))
     for target, symbol in ALL_TARGETS:
-      jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)),
-                                  platform="cpu")
+      jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
     return True
   except (OSError, RuntimeError, AttributeError) as e:
-    warnings.warn(f"specdec.backends.cpu: the CPU kernels are unavailable ({e}); small "
-                  "matrix products use XLA's (slower verification on a CPU)",
-                  RuntimeWarning, stacklevel=3)
+    warnings.warn(
+      f"specdec.backends.cpu: the CPU kernels are unavailable ({e}); small "
+      "matrix products use XLA's (slower verification on a CPU)",
+      RuntimeWarning,
+      stacklevel=3,
+    )
     return False
 
 
@@ -183,8 +190,12 @@ def use_kernel(x: Array, packed: Array) -> bool:
   rows = 1
   for size in x.shape[:-1]:
     rows *= size
-  return (x.dtype == jnp.float32 and jnp.dtype(packed.dtype).name in PACKED_DTYPES
-          and 1 <= rows <= MAX_ROWS and enabled())
+  return (
+    x.dtype == jnp.float32
+    and jnp.dtype(packed.dtype).name in PACKED_DTYPES
+    and 1 <= rows <= MAX_ROWS
+    and enabled()
+  )
 
 
 def _low_bits(w: Array) -> Array:
@@ -232,8 +243,9 @@ def unpacked_columns(packed: Array) -> int:
 
 
 def _xla_packed(x: Array, packed: Array, n: int) -> Array:
-  y = jnp.einsum('...k,jkt->...jt', x, packed.astype(jnp.float32),
-                 preferred_element_type=jnp.float32)
+  y = jnp.einsum(
+    "...k,jkt->...jt", x, packed.astype(jnp.float32), preferred_element_type=jnp.float32
+  )
   return y.reshape(*x.shape[:-1], -1)[..., :n]
 
 
@@ -241,8 +253,9 @@ def _xla_packed(x: Array, packed: Array, n: int) -> Array:
 def _kernel(x: Array, packed: Array, n: int) -> Array:
   x2 = x.reshape(-1, x.shape[-1])
   target = _TARGETS[jnp.dtype(packed.dtype).name][0]
-  y = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((x2.shape[0], n), jnp.float32),
-                       vmap_method="sequential")(x2, packed)
+  y = jax.ffi.ffi_call(
+    target, jax.ShapeDtypeStruct((x2.shape[0], n), jnp.float32), vmap_method="sequential"
+  )(x2, packed)
   return y.reshape(*x.shape[:-1], n)
 
 
@@ -250,12 +263,12 @@ def _kernel(x: Array, packed: Array, n: int) -> Array:
 def _kernel_jvp(n, primals, tangents):
   x, packed = primals
   dx, dpacked = tangents
-  return (_kernel(x, packed, n),
-          _xla_packed(dx, packed, n) + _xla_packed(x, dpacked, n))
+  return (_kernel(x, packed, n), _xla_packed(dx, packed, n) + _xla_packed(x, dpacked, n))
 
 
-def packed_matmul(x: Array, packed: Array, n: int,
-                  elsewhere: Callable[[Array], Array] | None = None) -> Array:
+def packed_matmul(
+  x: Array, packed: Array, n: int, elsewhere: Callable[[Array], Array] | None = None
+) -> Array:
   """x [..., K] @ w [K, N] -> float32 [..., N], given packed = pack(w) and N.
 
   The kernel where `use_kernel(x, packed)` and the program is lowered for a CPU;
@@ -270,47 +283,50 @@ def packed_matmul(x: Array, packed: Array, n: int,
       None: XLA's product over the packed layout (the same numbers up to float32
       rounding of the sums' order).
   """
-  if not isinstance(n, int) or not (packed.ndim == 3 and packed.shape[2] == TILE
-                                    and unpacked_columns(packed) - TILE < n
-                                    <= unpacked_columns(packed)):
-    raise ValueError(f'n={n!r} does not fit a packed array of shape {packed.shape}')
+  if not isinstance(n, int) or not (
+    packed.ndim == 3
+    and packed.shape[2] == TILE
+    and unpacked_columns(packed) - TILE < n <= unpacked_columns(packed)
+  ):
+    raise ValueError(f"n={n!r} does not fit a packed array of shape {packed.shape}")
   if x.shape[-1] != packed.shape[1]:
-    raise ValueError(f'x has {x.shape[-1]} features, the packed weights '
-                     f'{packed.shape[1]}')
+    raise ValueError(f"x has {x.shape[-1]} features, the packed weights {packed.shape[1]}")
   if elsewhere is None:
     elsewhere = functools.partial(_xla_packed, packed=packed, n=n)
   else:
     # Checked here, not where it runs: eagerly on a CPU it never does.
     got, want = jax.eval_shape(elsewhere, x), (*x.shape[:-1], n)
-    if getattr(got, 'shape', None) != want or got.dtype != jnp.float32:
-      raise ValueError(f'elsewhere must return float32 {want} (the product), got '
-                       f'{getattr(got, "dtype", None)} {getattr(got, "shape", got)}')
+    if getattr(got, "shape", None) != want or got.dtype != jnp.float32:
+      raise ValueError(
+        f"elsewhere must return float32 {want} (the product), got "
+        f"{getattr(got, 'dtype', None)} {getattr(got, 'shape', got)}"
+      )
   if not use_kernel(x, packed):
     return elsewhere(x)
   # Both branches are traced; lowering for one platform keeps only its own.
-  return jax.lax.platform_dependent(x, cpu=lambda x: _kernel(x, packed, n),
-                                    default=elsewhere)
+  return jax.lax.platform_dependent(x, cpu=lambda x: _kernel(x, packed, n), default=elsewhere)
 
 
 def use_greedy_kernel(logits: Array) -> bool:
   """Whether `greedy_checked(logits, ...)` takes the kernel: float32 logits with at
   least one row and one value, and `enabled()`. Fixed per trace."""
-  return (logits.dtype == jnp.float32 and logits.ndim >= 1 and logits.size > 0
-          and enabled())
+  return logits.dtype == jnp.float32 and logits.ndim >= 1 and logits.size > 0 and enabled()
 
 
 def _greedy_kernel(logits: Array) -> tuple[Array, Array]:
   flat = logits.reshape(-1, logits.shape[-1])
   rows = flat.shape[0]
   tokens, bad = jax.ffi.ffi_call(
-      _GREEDY[0], (jax.ShapeDtypeStruct((rows,), jnp.int32),
-                   jax.ShapeDtypeStruct((rows,), jnp.bool_)),
-      vmap_method="sequential")(flat)
+    _GREEDY[0],
+    (jax.ShapeDtypeStruct((rows,), jnp.int32), jax.ShapeDtypeStruct((rows,), jnp.bool_)),
+    vmap_method="sequential",
+  )(flat)
   return tokens.reshape(logits.shape[:-1]), bad.reshape(logits.shape[:-1])
 
 
-def greedy_checked(logits: Array, elsewhere: Callable[[Array], tuple[Array, Array]]
-                   ) -> tuple[Array, Array]:
+def greedy_checked(
+  logits: Array, elsewhere: Callable[[Array], tuple[Array, Array]]
+) -> tuple[Array, Array]:
   """(first argmax of the sanitized logits, nonfinite) per row of float32 logits
   [..., V]: `greedy.cc`'s one kernel where `use_greedy_kernel(logits)` and the
   program is lowered for a CPU, `elsewhere(logits)` (the portable XLA version,
@@ -355,14 +371,16 @@ def pack_tree(matrices: dict[str, tuple[Array, bool]], dtype: Any = None) -> dic
       would change the model's numbers).
   """
   from flax import traverse_util  # pylint: disable=g-import-not-at-top
-  flat = {name: jnp.asarray(w).T if transposed else w
-          for name, (w, transposed) in matrices.items()}
+
+  flat = {name: jnp.asarray(w).T if transposed else w for name, (w, transposed) in matrices.items()}
   name = None if dtype is None else jnp.dtype(dtype).name
   if name in (None, "bfloat16"):
     exact = exactly_bfloat16(*flat.values())
     if name is None:
       name = "bfloat16" if exact else "float32"
     elif not exact:
-      raise ValueError("dtype bfloat16: these weights are not all exactly bfloat16 "
-                       "values; packing them so would change the model's numbers")
+      raise ValueError(
+        "dtype bfloat16: these weights are not all exactly bfloat16 "
+        "values; packing them so would change the model's numbers"
+      )
   return traverse_util.unflatten_dict(_pack_all(flat, name), sep="/")
