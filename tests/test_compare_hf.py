@@ -88,7 +88,7 @@ def test_every_system_and_field_is_present(result):
 @pytest.mark.slow  # Shares the benchmark run's fixture; after the default suite.
 def test_speedups_and_ratios_recompute(result):
   systems = result["systems"]
-  for name, r in systems.items():
+  for r in systems.values():
     assert math.isclose(r["ms_per_token"], r["seconds"] * 1e3 / r["tokens"])
     base = systems[r["baseline"]]
     assert r["baseline"] == (

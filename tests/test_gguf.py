@@ -285,7 +285,7 @@ def _flatten(tree, prefix=()):
 
 
 def test_load_gguf_in_bfloat16_casts_params_and_config(tiny_file):
-  cfg32, params32 = G.load_gguf(tiny_file)
+  _, params32 = G.load_gguf(tiny_file)
   cfg, params = G.load_gguf(tiny_file, dtype=jnp.bfloat16)
   assert cfg.dtype == jnp.bfloat16
   for (key, v), (_, v32) in zip(_flatten(params), _flatten(params32)):
@@ -363,7 +363,8 @@ def test_a_non_gguf_or_truncated_file_is_a_value_error_naming_the_path(tmp_path,
   text.write_text("not a model")
   with pytest.raises(ValueError, match=f"{text}.*not a GGUF file"):
     G.load_gguf(text)
-  data = open(tiny_file, "rb").read()
+  with open(tiny_file, "rb") as f:
+    data = f.read()
   for size in (len(data) - 100, 200, 30):
     cut = tmp_path / f"cut{size}.gguf"
     cut.write_bytes(data[:size])

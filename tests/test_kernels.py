@@ -107,7 +107,7 @@ def test_bad_arguments_name_what_is_wrong():
 def test_a_failed_build_raises_with_the_compiler_output(tmp_path, monkeypatch):
   monkeypatch.setattr(cpu, "SOURCES", (tmp_path / "broken.cc",))
   (tmp_path / "broken.cc").write_text("this is not C++")
-  with pytest.raises(RuntimeError, match="broken.cc"):
+  with pytest.raises(RuntimeError, match=r"broken.cc"):
     cpu.build(tmp_path / "out.so")
   assert not (tmp_path / "out.so").exists()
 

@@ -170,7 +170,7 @@ def test_transformers_loads_the_draft_with_the_same_logits():
 def test_the_pair_is_a_pair_with_its_card_and_a_round_tripping_tokenizer(pair):
   from specdec.io import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
-  target, draft, tok = pair
+  _, _, tok = pair
   assert isinstance(pair, pretrained.Pair) and pair.tokenizer is tok
   assert (pair.card.name, pair.card.draft) == (NAME, "draft")
   assert pair.card.metadata["target"]["lm"] == NAME and "SmolLM2" in pair.card.text

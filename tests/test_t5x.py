@@ -211,7 +211,7 @@ def test_insert_draft_checkpoint_adds_the_draft_to_the_state(pair, draft_checkpo
 
   with pytest.raises(ValueError, match="path: the draft checkpoint is unset"):
     specdec_t5x.insert_draft_checkpoint(read, model_state)
-  with pytest.raises(ValueError, match="has no .specdec_draft. parameters"):
+  with pytest.raises(ValueError, match=r"has no .specdec_draft. parameters"):
     specdec_t5x.insert_draft_checkpoint(
       read, {"target": _shapes(target.params)}, path=draft_checkpoint
     )
@@ -225,7 +225,7 @@ def test_parameter_tree_helpers(pair):
   target, draft, _ = pair
   both = specdec_t5x.with_draft(target.params, draft.params)
   assert specdec_t5x.split_params(both) == (target.params, draft.params)
-  with pytest.raises(ValueError, match="has no .specdec_draft. subtree"):
+  with pytest.raises(ValueError, match=r"has no .specdec_draft. subtree"):
     specdec_t5x.split_params(target.params)
   with pytest.raises(ValueError, match="already holds"):
     specdec_t5x.with_draft(both, draft.params)
@@ -523,7 +523,7 @@ def test_model_rejects_bad_arguments(t5x_lib, pair):
     model.predict_batch_with_aux(params, _batch(inputs), prompt_with_targets=True)
   with pytest.raises(ValueError, match=r"unsupported keys \['topk'\]"):
     model.predict_batch_with_aux(params, _batch(inputs), decoder_params={"topk": 3})
-  with pytest.raises(ValueError, match="has no .specdec_draft. subtree"):
+  with pytest.raises(ValueError, match=r"has no .specdec_draft. subtree"):
     model.predict_batch_with_aux(target.params, _batch(inputs))
 
 
@@ -917,7 +917,7 @@ def test_decoder_only_model_rejects_bad_arguments(t5x_decoder_lib, decoder_pair)
     cls(**{**kwargs, "gamma": 0})
   with pytest.raises(ValueError, match="decode_fn"):
     cls(**kwargs, decode_fn=lib["decoding"].temperature_sample)
-  with pytest.raises(TypeError, match="draft_module must be specdec.models.t5x_dec"):
+  with pytest.raises(TypeError, match=r"draft_module must be specdec.models.t5x_dec"):
     cls(**{**kwargs, "draft_module": t5.Transformer(t5.tiny_config())})
   other = t5x_decoder.Transformer(draft.config.replace(vocab_size=128))
   with pytest.raises(ValueError, match="draft_module: vocab_size 128"):
@@ -931,7 +931,7 @@ def test_decoder_only_model_rejects_bad_arguments(t5x_decoder_lib, decoder_pair)
     )
   with pytest.raises(ValueError, match=r"unsupported keys \['topk'\]"):
     model.predict_batch_with_aux(params, batch, decoder_params={"topk": 3})
-  with pytest.raises(ValueError, match="has no .specdec_draft. subtree"):
+  with pytest.raises(ValueError, match=r"has no .specdec_draft. subtree"):
     model.predict_batch_with_aux(target.params, batch)
 
 

