@@ -395,8 +395,8 @@ def useful_gammas(
       if diff.size > 1:
         roots = np.roots(diff[::-1])
         points.update(float(r.real) for r in roots if abs(r.imag) < 1e-9 and 0.0 <= r.real <= 1.0)
-  points = sorted(points)
-  probes = np.asarray(points + [(a + b) / 2 for a, b in itertools.pairwise(points)])
+  ordered = sorted(points)
+  probes = np.asarray(ordered + [(a + b) / 2 for a, b in itertools.pairwise(ordered)])
   rates = np.stack([np.polyval(p[::-1], probes) for p in polys], axis=1)
   # Ties (to rounding) go to the smallest gamma, as `choose`'s argmax does.
   best = np.argmax(rates >= rates.max(axis=1, keepdims=True) * (1.0 - 1e-9), axis=1)

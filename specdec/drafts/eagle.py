@@ -35,6 +35,7 @@ draft has `reads_target_features`: the target must then provide
 from __future__ import annotations
 
 from collections.abc import Sequence
+import dataclasses
 import json
 import os
 from typing import Any
@@ -214,7 +215,7 @@ class FeatureDraft:
       return self
     if jnp.dtype(self.config.dtype) != jnp.float32:
       return self
-    return self.replace(packed=cpu.pack_tree(decode_matrices(self.params)))
+    return dataclasses.replace(self, packed=cpu.pack_tree(decode_matrices(self.params)))
 
   def _prompt(self) -> llama.Llama:
     # Prompt lengths and start tokens depend on the vocabulary and pad_id only: the
@@ -268,7 +269,7 @@ class FeatureDraft:
     return logits, g, FeatureDraftState(cache=cache, lengths=state.lengths + tokens.shape[1])
 
   def rewind(self, state: FeatureDraftState, lengths: Array) -> FeatureDraftState:
-    return state.replace(lengths=base.rewound(state.lengths, lengths))
+    return dataclasses.replace(state, lengths=base.rewound(state.lengths, lengths))
 
   def lengths(self, state: FeatureDraftState) -> Array:
     return state.lengths

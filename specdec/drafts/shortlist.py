@@ -112,7 +112,7 @@ class Shortlist:
         )
       inner_pad = int(index[pad_id])
     return cls(
-      inner=inner.replace(pad_id=inner_pad),
+      inner=dataclasses.replace(inner, pad_id=inner_pad),
       ids=jnp.asarray(np.asarray(ids, np.int32)),
       index=jnp.asarray(index),
       pad_id=pad_id,
@@ -132,7 +132,7 @@ class Shortlist:
 
   def with_packed_weights(self) -> Shortlist:
     """`llama.Llama.with_packed_weights` of the inner model."""
-    return self.replace(inner=self.inner.with_packed_weights())
+    return dataclasses.replace(self, inner=self.inner.with_packed_weights())
 
   def _map(self, name: str, tokens: Array) -> Array:
     base.check_tokens(name, tokens, self.vocab_size)
@@ -197,7 +197,7 @@ class OutputShortlist:
 
   def with_packed_weights(self) -> OutputShortlist:
     """The inner model's `with_packed_weights`."""
-    return self.replace(inner=self.inner.with_packed_weights())
+    return dataclasses.replace(self, inner=self.inner.with_packed_weights())
 
   def init(self, inputs: Array, max_length: int) -> Any:
     return self.inner.init(inputs, max_length)
@@ -248,7 +248,7 @@ def t5_output_shortlist(model: Any, ids: Sequence[int]) -> OutputShortlist:
   flat[name] = jnp.take(jnp.asarray(flat[name]), jnp.asarray(cols), axis=1)
   params = traverse_util.unflatten_dict(flat, sep="/")
   cfg = dataclasses.replace(model.config, output_vocab_size=len(cols))
-  inner = model.replace(config=cfg, params=params, packed=None)
+  inner = dataclasses.replace(model, config=cfg, params=params, packed=None)
   if model.packed is not None:
     inner = inner.with_packed_weights()
   return OutputShortlist.create(inner, cols)

@@ -9,6 +9,7 @@ proposal (`with_context_lookup`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -179,7 +180,7 @@ def load_lm_draft(
       raise ValueError(
         f"{path}: the draft's vocabulary ({cfg.vocab_size}) is not the target's ({vocab_size})"
       )
-    return inner.replace(pad_id=pad_id)
+    return dataclasses.replace(inner, pad_id=pad_id)
   try:
     with open(path / SHORTLIST_FILE) as f:
       ids = json.load(f)["ids"]

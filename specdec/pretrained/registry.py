@@ -210,7 +210,7 @@ def best_draft(
     for d in drafts(name)
   }
   alphas = {d: a for d, a in alphas.items() if a is not None}
-  return max(alphas, key=alphas.get) if alphas else "draft"
+  return max(alphas, key=lambda d: alphas[d]) if alphas else "draft"
 
 
 def measured_alpha(name: str, draft: str, temperature: float) -> float | None:
