@@ -307,9 +307,11 @@ def iteration_costs(
     g: int(np.max(np.asarray(jax.block_until_ready(d(inputs, key)).stats.iterations)))
     for g, d in decoders.items()
   }
-  calls: dict[Any, Callable[[], Any]] = {
-    ("spec", g): (lambda d=d: d(inputs, key).tokens) for g, d in decoders.items()
-  }
+
+  def tokens_of(decode):
+    return lambda: decode(inputs, key).tokens
+
+  calls: dict[Any, Callable[[], Any]] = {("spec", g): tokens_of(d) for g, d in decoders.items()}
   calls["base"] = lambda: base(inputs, key).tokens
   calls["prefill_both"] = lambda: prefill(target, draft, inputs, capacity)
   calls["prefill_base"] = lambda: prefill(target, None, inputs, max_new_tokens + 1)

@@ -285,10 +285,20 @@ def evaluate(
     rng = jax.random.fold_in(jax.random.PRNGKey(seed), i)
     if i == 0:  # compile outside the timed calls
       jax.block_until_ready(
-        speculative_sample(target, draft, rows, rng, gamma=gamma, **decode_kwargs)
+        # numpy `rows`, which jit takes (as in the timed calls); jax types only Array.
+        speculative_sample(
+          target,
+          draft,
+          rows,  # type: ignore[arg-type]
+          rng,
+          gamma=gamma,
+          **decode_kwargs,
+        )
       )
       if baseline:
-        jax.block_until_ready(autoregressive_sample(target, rows, rng, **decode_kwargs))
+        jax.block_until_ready(
+          autoregressive_sample(target, rows, rng, **decode_kwargs)  # type: ignore[arg-type]
+        )
     out, seconds = _timed(
       speculative_sample, target, draft, rows, rng, gamma=gamma, **decode_kwargs
     )

@@ -250,6 +250,8 @@ def _count(
 ) -> SpeculativeStats:
   """Adds one iteration at rule.gammas[index] = gamma to each active row's stats;
   `alpha_hat` [B] is the estimate the choice was made from."""
+  # `SpeculativeStats.zeros`, which starts every speculative loop's stats, sets both.
+  assert stats.gamma_counts is not None and stats.alpha_trace is not None
   n = verdict.n
   observed = _observed(n, gamma, active)
   slot = jnp.minimum(stats.iterations, max_new_tokens - 1)
@@ -359,10 +361,12 @@ def _speculative_jit(
     keeps from drafting costs what the baseline's loop costs."""
     if len(rule.gammas) == 1:
       return iteration(0, s)
+
+    def chosen(i):
+      return lambda s: jnp.any(~s.done) & (choice(s) == i)
+
     for i in range(len(rule.gammas)):
-      s = jax.lax.while_loop(
-        lambda s, i=i: jnp.any(~s.done) & (choice(s) == i), functools.partial(iteration, i), s
-      )
+      s = jax.lax.while_loop(chosen(i), functools.partial(iteration, i), s)
       if rule.gammas[i] == 0 and isinstance(proposer, drafts.CatchesUp):
         # Tokens owed by iterations without drafts, fed before the next draft step:
         # a loop of zero or one pass, updated in place.
@@ -468,6 +472,7 @@ def _plain_jit(target, inputs, rng, *, rule, max_new_tokens, sampling, eos_id):
   ran = jnp.arange(max_new_tokens)[None] < s.iterations[:, None]
   prior = adaptive.Estimate.zeros(inputs.shape[0]).alpha(rule)[:, None]
   stats = SpeculativeStats.zeros(inputs.shape[0], rule.gammas, max_new_tokens)
+  assert stats.gamma_counts is not None  # `zeros` sets it
   stats = dataclasses.replace(
     stats,
     iterations=s.iterations,

@@ -34,7 +34,6 @@ draft has `reads_target_features`: the target must then provide
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import dataclasses
 import json
 import os
@@ -46,6 +45,7 @@ import flax.traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 from specdec import _optional
 from specdec.backends import cpu
@@ -74,6 +74,7 @@ class FeatureLayer(nn.Module):
     cfg = self.config
     batch, length = embedded.shape[:2]
     positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
+    assert cfg.head_dim is not None  # LlamaConfig.__post_init__ resolves it
     cos, sin = llama.rope_angles(positions, cfg.head_dim, cfg.rope_theta)
     visible = jnp.tril(jnp.ones((length, length), jnp.bool_))
     x = self.fc(jnp.concatenate([embedded, features], axis=-1))
@@ -89,6 +90,7 @@ class FeatureLayer(nn.Module):
     cfg = self.config
     capacity = cache[0].shape[1]
     positions = lengths[:, None] + jnp.arange(embedded.shape[1])
+    assert cfg.head_dim is not None  # LlamaConfig.__post_init__ resolves it
     cos, sin = llama.rope_angles(positions, cfg.head_dim, cfg.rope_theta)
     visible = (jnp.arange(capacity)[None, None, :] <= positions[:, :, None])[:, None, None]
     x = self.fc(jnp.concatenate([embedded, features.astype(embedded.dtype)], axis=-1))
@@ -103,7 +105,7 @@ def init_params(cfg: llama.LlamaConfig, num_ids: int, rng: Array) -> dict[str, A
   return FeatureLayer(cfg, num_ids).init(rng, jnp.zeros((1, 2, d)), jnp.zeros((1, 2, d)))["params"]
 
 
-def output_rows(target: llama.Llama, ids: Sequence[int]) -> np.ndarray:
+def output_rows(target: llama.Llama, ids: ArrayLike) -> np.ndarray:
   """float32[N, d]: the target's output-layer rows of `ids` (its tied embedding's
   rows, or the columns of its untied `logits_dense` kernel), the draft's head."""
   p = target.params
@@ -114,7 +116,7 @@ def output_rows(target: llama.Llama, ids: Sequence[int]) -> np.ndarray:
   return rows[np.asarray(ids)]
 
 
-def from_target(target: llama.Llama, params: Any, ids: Sequence[int]) -> FeatureDraft:
+def from_target(target: llama.Llama, params: Any, ids: ArrayLike) -> FeatureDraft:
   """The draft of trained `params` (fc, layer, norm; a `head` entry is replaced)
   reading `target`'s features, with the target's embedding and output rows of `ids`
   as its input side and head: nothing of the target is stored with the draft."""
@@ -172,7 +174,7 @@ class FeatureDraft:
     config: llama.LlamaConfig,
     params: Any,
     embedding: Any,
-    ids: Sequence[int],
+    ids: ArrayLike,
     pad_id: int | None = None,
   ) -> FeatureDraft:
     """Checks shapes and builds. Raises ValueError naming the mismatched argument."""
@@ -231,7 +233,8 @@ class FeatureDraft:
       variables[cpu.PACKED] = self.packed
     embedded = jnp.take(jnp.asarray(self.embedding, self.config.dtype), tokens, axis=0, mode="clip")
     module = FeatureLayer(self.config, int(self.ids.shape[0]))
-    logits, g, cache = module.apply(
+    # flax types `apply` as `Any | tuple[Any, variables]`; `extend` returns a 3-tuple.
+    logits, g, cache = module.apply(  # type: ignore[misc]
       variables, embedded, features, lengths, cache, method=FeatureLayer.extend
     )
     return shortlist.expand_logits(logits, self.ids, self.vocab_size), g, cache
@@ -279,7 +282,7 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "feature_draft.json"
 
 
-def save(directory: str, params: Any, ids: Sequence[int], dtype: Any = jnp.bfloat16) -> None:
+def save(directory: str, params: Any, ids: ArrayLike, dtype: Any = jnp.bfloat16) -> None:
   """Writes the trained fc, layer and norm (`head` is the target's, not stored) in
   `dtype` as safetensors, and the head's ids, to `directory`."""
   safetensors_flax = _optional.require("safetensors.flax", "lm", purpose="writing a feature draft")

@@ -30,7 +30,6 @@ norm(max(0, p - q)) needs q everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import dataclasses
 from typing import Any
 
@@ -39,13 +38,14 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 from specdec.models import base, llama
 
 Array = jax.Array
 
 
-def index_map(ids: Sequence[int], vocab_size: int) -> np.ndarray:
+def index_map(ids: ArrayLike, vocab_size: int) -> np.ndarray:
   """int32[V]: each full-vocabulary id's shortlist position, N (OTHER) off the list.
 
   Raises:
@@ -94,7 +94,7 @@ class Shortlist:
 
   @classmethod
   def create(
-    cls, inner: llama.Llama, ids: Sequence[int], vocab_size: int, pad_id: int | None = None
+    cls, inner: llama.Llama, ids: ArrayLike, vocab_size: int, pad_id: int | None = None
   ) -> Shortlist:
     """Checks and builds: `inner` over len(ids) + 1 ids, `pad_id` on the list."""
     index = index_map(ids, vocab_size)
@@ -182,7 +182,7 @@ class OutputShortlist:
   ids: Any
 
   @classmethod
-  def create(cls, inner: Any, ids: Sequence[int]) -> OutputShortlist:
+  def create(cls, inner: Any, ids: ArrayLike) -> OutputShortlist:
     """Checks `ids` against `inner.vocab_size` (`index_map`) and builds."""
     index_map(ids, inner.vocab_size)
     return cls(inner=inner, ids=jnp.asarray(np.asarray(ids, np.int32)))
@@ -226,7 +226,7 @@ class OutputShortlist:
     return self.inner.lengths(state)
 
 
-def t5_output_shortlist(model: Any, ids: Sequence[int]) -> OutputShortlist:
+def t5_output_shortlist(model: Any, ids: ArrayLike) -> OutputShortlist:
   """An untied (v1.1) `t5.T5` restricted to the logits of `ids`: its
   `decoder/logits_dense` kernel [E, V] cut to the N columns of the list
   (`T5Config.output_vocab_size` = N); the encoder, embedding and decoder layers

@@ -214,6 +214,13 @@ def with_context_lookup(name: str, draft_model):
   return lookup_lib.ContextLookup.create(draft_model, **lookup_settings(name))
 
 
+def _target_lm(spec: PairSpec) -> str:
+  """`spec.target_lm`, which `PairSpec.parse` requires of a decoder-only pair."""
+  if spec.target_lm is None:
+    raise ValueError(f"{spec.name}: target.lm: a decoder-only pair names its target's LM")
+  return spec.target_lm
+
+
 def load_model(
   spec: PairSpec, which: str, dtype, per_position_logits: int | None, shortlist: bool = True
 ):
@@ -223,9 +230,9 @@ def load_model(
   not used."""
   del per_position_logits, shortlist
   if which == "target":
-    return load_lm(spec.target_lm, dtype=dtype)[0]
+    return load_lm(_target_lm(spec), dtype=dtype)[0]
   base, lookup = split_lookup(which)
-  pad_id = load_lm_tokenizer(spec.target_lm).pad_id
+  pad_id = load_lm_tokenizer(_target_lm(spec)).pad_id
   model = load_lm_draft(lm_draft_path(spec.name, base), spec.vocab_size, dtype=dtype, pad_id=pad_id)
   return with_context_lookup(spec.name, model) if lookup else model
 
@@ -248,7 +255,7 @@ def load_pair(
     raise ValueError(f"per_position_logits: T5 pairs only; {name!r} is a decoder-only pair")
   base, lookup = split_lookup(draft)
   path = lm_draft_path(name, base)
-  target, tok = load_lm(spec.target_lm, dtype=dtype)
+  target, tok = load_lm(_target_lm(spec), dtype=dtype)
   draft_model = load_lm_draft(path, target.vocab_size, dtype=dtype, pad_id=tok.pad_id)
   # Packed on a CPU like the target (`Llama.with_packed_weights`): a draft step reads
   # its output layer once, at full bandwidth, and its weights, stored in bfloat16,
@@ -269,4 +276,4 @@ def lm_eval_prompts(name: str = "smollm2_135m_instruct") -> list[str]:
 
 def load_tokenizer(spec: PairSpec) -> tokenizer_lib.Tokenizer:
   """The tokenizer of a decoder-only pair: its target LM's."""
-  return load_lm_tokenizer(spec.target_lm)
+  return load_lm_tokenizer(_target_lm(spec))

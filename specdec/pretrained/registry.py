@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import dataclasses
 import json
 import pathlib
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from specdec import data
 from specdec.io import tokenizer as tokenizer_lib
@@ -64,7 +64,7 @@ class PairSpec:
     """The spec of pair `name` from its pair.json's contents `info`; a ValueError
     naming `source` and the field where a field is missing or wrong."""
 
-    def fail(field, why):
+    def fail(field: str, why: str) -> NoReturn:
       raise ValueError(f"{source}: {field} {why}")
 
     if not isinstance(info, Mapping):
@@ -72,7 +72,7 @@ class PairSpec:
     if info.get("name") != name:
       fail("name", f"must be {name!r}, got {info.get('name')!r}")
     family = info.get("family")
-    if family not in FAMILIES:
+    if not isinstance(family, str) or family not in FAMILIES:
       fail("family", f"must be one of {list(FAMILIES)}, got {family!r}")
     target = info.get("target")
     if not isinstance(target, Mapping) or not isinstance(target.get("config"), Mapping):

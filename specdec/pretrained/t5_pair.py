@@ -46,7 +46,7 @@ def load_model(
   # On the device once: numpy leaves would be copied in again on every jit call
   # (tens of MB per decode, as long as several decoded tokens on a CPU).
   chosen = per_position_logits is None
-  if chosen:
+  if per_position_logits is None:
     per_position_logits = (
       CPU_PER_POSITION_LOGITS if which == "target" and jax.default_backend() == "cpu" else 0
     )
@@ -57,7 +57,7 @@ def load_model(
     from specdec.drafts import shortlist as shortlist_lib  # pylint: disable=g-import-not-at-top
 
     ids = json.loads((pair_dir(name) / listed).read_text())["ids"]
-    model = shortlist_lib.t5_output_shortlist(model, ids)
+    return shortlist_lib.t5_output_shortlist(model, ids)
   return model
 
 
