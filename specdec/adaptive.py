@@ -527,7 +527,7 @@ def calibrate(
   with `StepCosts.save`.
   """
   # `specdec.costs` times the sampler, which imports this module.
-  from specdec import costs  # pylint: disable=import-outside-toplevel
+  from specdec import costs
 
   sampling = SamplingConfig(temperature=0.0) if sampling is None else sampling
   ks = sorted({g + 1 for g in gammas if g > 0})

@@ -285,11 +285,10 @@ def evaluate(
     rng = jax.random.fold_in(jax.random.PRNGKey(seed), i)
     if i == 0:  # compile outside the timed calls
       jax.block_until_ready(
-        # numpy `rows`, which jit takes (as in the timed calls); jax types only Array.
         speculative_sample(
           target,
           draft,
-          rows,  # type: ignore[arg-type]
+          rows,  # type: ignore[arg-type]  # numpy, which jit takes (as in the timed call)
           rng,
           gamma=gamma,
           **decode_kwargs,
@@ -297,7 +296,12 @@ def evaluate(
       )
       if baseline:
         jax.block_until_ready(
-          autoregressive_sample(target, rows, rng, **decode_kwargs)  # type: ignore[arg-type]
+          autoregressive_sample(
+            target,
+            rows,  # type: ignore[arg-type]  # numpy, which jit takes (as in the timed call)
+            rng,
+            **decode_kwargs,
+          )
         )
     out, seconds = _timed(
       speculative_sample, target, draft, rows, rng, gamma=gamma, **decode_kwargs

@@ -61,7 +61,7 @@ from specdec.models.base import DecodeModel, write_rows
 from specdec.outputs import AutoregressiveStats, SampleOutput, SpeculativeStats
 
 # Steps 3 and 4, under the names this module has always offered.
-from specdec.verify import (  # noqa: F401
+from specdec.verify import (  # noqa: F401 - re-exported, part of this module's API
   accepts,
   beta,
   greedy_step,

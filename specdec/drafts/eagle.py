@@ -233,8 +233,7 @@ class FeatureDraft:
       variables[cpu.PACKED] = self.packed
     embedded = jnp.take(jnp.asarray(self.embedding, self.config.dtype), tokens, axis=0, mode="clip")
     module = FeatureLayer(self.config, int(self.ids.shape[0]))
-    # flax types `apply` as `Any | tuple[Any, variables]`; `extend` returns a 3-tuple.
-    logits, g, cache = module.apply(  # type: ignore[misc]
+    logits, g, cache = module.apply(  # type: ignore[misc]  # flax: Any | tuple; a 3-tuple
       variables, embedded, features, lengths, cache, method=FeatureLayer.extend
     )
     return shortlist.expand_logits(logits, self.ids, self.vocab_size), g, cache
@@ -307,7 +306,7 @@ def load(directory: str, target: llama.Llama) -> FeatureDraft:
     flat = safetensors_flax.load_file(weights)
     with open(config) as f:
       ids = json.load(f)["ids"]
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     raise ValueError(f"directory: malformed feature draft in {directory}: {e}") from e
   params = flax.traverse_util.unflatten_dict(
     {k: jnp.asarray(v, jnp.float32) for k, v in flat.items()}, sep="/"

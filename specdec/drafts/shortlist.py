@@ -237,7 +237,7 @@ def t5_output_shortlist(model: Any, ids: ArrayLike) -> OutputShortlist:
   Raises:
     ValueError: a tied (v1.0) model, or `ids` not valid for its vocabulary.
   """
-  from specdec.models import t5  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5
 
   if not isinstance(model, t5.T5) or model.config.logits_via_embedding:
     raise ValueError("t5_output_shortlist needs an untied (v1.1) t5.T5 model")

@@ -60,7 +60,7 @@ def load_lm(
     `(specdec.models.llama.Llama, specdec.io.tokenizer.Tokenizer)`; stop decoding on
     `tokenizer.eos_id`.
   """
-  from specdec.backends import cpu as cpu_backend  # pylint: disable=g-import-not-at-top
+  from specdec.backends import cpu as cpu_backend
 
   path = lm_path(name)
   tok = tokenizer_lib.Tokenizer.from_reader(gguf.open_gguf(path), source=str(path))
@@ -83,7 +83,7 @@ def _lm_model(path: str, size: int, mtime_ns: int, dtype: str, packed: bool):
   a `llama.Llama` is immutable, so sharing its arrays is safe (the tokenizer, which
   has mutable attributes, is built anew by each call)."""
   del size, mtime_ns, packed  # part of the key only
-  from specdec.models import llama  # pylint: disable=g-import-not-at-top
+  from specdec.models import llama
 
   cfg, params = gguf.load_gguf(path, dtype=jnp.dtype(dtype))
   # On the device once: numpy leaves would be copied in again on every jit call.
@@ -102,7 +102,7 @@ def load_lm_transformers(name: str = "smollm2_135m_instruct", dtype: str = "floa
   """transformers' `LlamaForCausalLM` from the GGUF file `load_lm` reads, dequantized
   by transformers itself (logits agree with `load_lm`'s within 1e-4 in float32,
   tests/test_pretrained_lm.py), in eval mode; `dtype` names a torch dtype."""
-  from specdec._optional import require  # pylint: disable=g-import-not-at-top
+  from specdec._optional import require
 
   torch, transformers = (
     require(m, "hf", purpose="load_lm_transformers") for m in ("torch", "transformers")
@@ -169,8 +169,8 @@ def load_lm_draft(
     ValueError: naming the file, when the draft's vocabulary does not match the
       target's, or `shortlist.json` is malformed.
   """
-  from specdec.drafts import shortlist as shortlist_lib  # pylint: disable=g-import-not-at-top
-  from specdec.models import llama  # pylint: disable=g-import-not-at-top
+  from specdec.drafts import shortlist as shortlist_lib
+  from specdec.models import llama
 
   path = pathlib.Path(path)
   cfg, params = hf.load_hf_llama(path, dtype=dtype)
@@ -209,7 +209,7 @@ def with_context_lookup(name: str, draft_model):
   with the pair's settings (`lookup_settings`): its distribution mixed with the token
   that followed the context's last 2-4 tokens where they occurred before (prompt
   lookup); lossless like any draft."""
-  from specdec.drafts import lookup as lookup_lib  # pylint: disable=g-import-not-at-top
+  from specdec.drafts import lookup as lookup_lib
 
   return lookup_lib.ContextLookup.create(draft_model, **lookup_settings(name))
 

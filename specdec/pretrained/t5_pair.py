@@ -38,7 +38,7 @@ def load_model(
   from its T5X checkpoint, its weights packed or `per_position_logits` chosen as
   `specdec.pretrained.load_model` says, and its output layer cut to its shortlist
   where it has one and `shortlist` asks for it."""
-  from specdec.io import t5x  # pylint: disable=g-import-not-at-top
+  from specdec.io import t5x
 
   name, info = spec.name, spec.metadata
   cfg = _t5_config(info[which]["config"], dtype)
@@ -54,7 +54,7 @@ def load_model(
   model = model.with_packed_weights() if chosen else model
   listed = info[which].get("shortlist")
   if shortlist and listed:
-    from specdec.drafts import shortlist as shortlist_lib  # pylint: disable=g-import-not-at-top
+    from specdec.drafts import shortlist as shortlist_lib
 
     ids = json.loads((pair_dir(name) / listed).read_text())["ids"]
     return shortlist_lib.t5_output_shortlist(model, ids)

@@ -78,8 +78,8 @@ def lm_path(name: str = "smollm2_135m_instruct", verify: bool = True) -> pathlib
     ValueError: the installed file's size or sha256 differs from the registered one
       (a corrupt or different file), with the reinstall command.
   """
-  import hashlib  # pylint: disable=g-import-not-at-top
-  from importlib import metadata  # pylint: disable=g-import-not-at-top
+  import hashlib
+  from importlib import metadata
 
   entry = _lm_file(name)
   try:
