@@ -22,16 +22,11 @@ Needs seqio (`pip install 'specdec[t5x]'`); `import specdec` does not import thi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from specdec import _optional
 
 # seqio brings TensorFlow; both are optional for specdec (the same data without seqio:
 # specdec.data).
-if TYPE_CHECKING:
-  import seqio
-else:
-  seqio = _optional.require("seqio", "t5x", purpose="specdec.tasks (seqio tasks)")
+seqio = _optional.require("seqio", "t5x", purpose="specdec.tasks (seqio tasks)")
 tf = _optional.require("tensorflow", "t5x", purpose="specdec.tasks (seqio tasks)")
 
 # After the checks above, so that a missing seqio fails first, with its install hint.
