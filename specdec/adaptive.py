@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 import dataclasses
 import functools
+import itertools
 import json
 import math
 import numbers
@@ -394,8 +395,8 @@ def useful_gammas(
       if diff.size > 1:
         roots = np.roots(diff[::-1])
         points.update(float(r.real) for r in roots if abs(r.imag) < 1e-9 and 0.0 <= r.real <= 1.0)
-  points = sorted(points)
-  probes = np.asarray(points + [(a + b) / 2 for a, b in zip(points, points[1:])])
+  ordered = sorted(points)
+  probes = np.asarray(ordered + [(a + b) / 2 for a, b in itertools.pairwise(ordered)])
   rates = np.stack([np.polyval(p[::-1], probes) for p in polys], axis=1)
   # Ties (to rounding) go to the smallest gamma, as `choose`'s argmax does.
   best = np.argmax(rates >= rates.max(axis=1, keepdims=True) * (1.0 - 1e-9), axis=1)
@@ -526,7 +527,7 @@ def calibrate(
   with `StepCosts.save`.
   """
   # `specdec.costs` times the sampler, which imports this module.
-  from specdec import costs  # pylint: disable=import-outside-toplevel
+  from specdec import costs
 
   sampling = SamplingConfig(temperature=0.0) if sampling is None else sampling
   ks = sorted({g + 1 for g in gammas if g > 0})

@@ -165,9 +165,11 @@ def verify_costs(
     raise ValueError(f"chunks must be positive ints, got {chunks!r}")
   start = target.start_tokens(inputs)[:, None]
   target_state, draft, draft_state = _primed(target, draft, inputs, max_length)
-  calls = {k: (target, target_state, jnp.tile(start, (1, k))) for k in ks}
+  calls: dict[int | str, tuple[Any, Any, jax.Array]] = {
+    k: (target, target_state, jnp.tile(start, (1, k))) for k in ks
+  }
   calls["q"] = (draft, draft_state, start)
-  best = {name: float("inf") for name in calls}
+  best: dict[int | str, float] = {name: float("inf") for name in calls}
   for _ in range(rounds):
     for name, (model, state, tokens) in calls.items():
       best[name] = min(
@@ -248,7 +250,10 @@ def _in_loop_decoder(
 # ------------------------------------------------------------------------------
 def _state_sum(tree) -> jax.Array:
   # Every leaf consumed, so that no part of a prefill is dropped as dead code.
-  return sum(jnp.sum(leaf.astype(jnp.float32)) for leaf in jax.tree.leaves(tree))
+  return sum(
+    (jnp.sum(leaf.astype(jnp.float32)) for leaf in jax.tree.leaves(tree)),
+    jnp.zeros((), jnp.float32),
+  )
 
 
 @functools.partial(jax.jit, static_argnames=("max_length",))
@@ -302,7 +307,11 @@ def iteration_costs(
     g: int(np.max(np.asarray(jax.block_until_ready(d(inputs, key)).stats.iterations)))
     for g, d in decoders.items()
   }
-  calls = {("spec", g): (lambda d=d: d(inputs, key).tokens) for g, d in decoders.items()}
+
+  def tokens_of(decode):
+    return lambda: decode(inputs, key).tokens
+
+  calls: dict[Any, Callable[[], Any]] = {("spec", g): tokens_of(d) for g, d in decoders.items()}
   calls["base"] = lambda: base(inputs, key).tokens
   calls["prefill_both"] = lambda: prefill(target, draft, inputs, capacity)
   calls["prefill_base"] = lambda: prefill(target, None, inputs, max_new_tokens + 1)

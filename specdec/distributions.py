@@ -193,7 +193,7 @@ def greedy_tokens_checked(logits: Array) -> tuple[Array, Array]:
   greedy_checked`: a dozen XLA:CPU thunks become one, ~0.1 ms less per verification
   at V = 32,128); lowered for any other platform, this XLA version.
   """
-  from specdec.backends import cpu  # pylint: disable=g-import-not-at-top
+  from specdec.backends import cpu
 
   return cpu.greedy_checked(logits.astype(jnp.float32), _greedy_tokens_checked_xla)
 

@@ -285,10 +285,24 @@ def evaluate(
     rng = jax.random.fold_in(jax.random.PRNGKey(seed), i)
     if i == 0:  # compile outside the timed calls
       jax.block_until_ready(
-        speculative_sample(target, draft, rows, rng, gamma=gamma, **decode_kwargs)
+        speculative_sample(
+          target,
+          draft,
+          rows,  # type: ignore[arg-type]  # numpy, which jit takes (as in the timed call)
+          rng,
+          gamma=gamma,
+          **decode_kwargs,
+        )
       )
       if baseline:
-        jax.block_until_ready(autoregressive_sample(target, rows, rng, **decode_kwargs))
+        jax.block_until_ready(
+          autoregressive_sample(
+            target,
+            rows,  # type: ignore[arg-type]  # numpy, which jit takes (as in the timed call)
+            rng,
+            **decode_kwargs,
+          )
+        )
     out, seconds = _timed(
       speculative_sample, target, draft, rows, rng, gamma=gamma, **decode_kwargs
     )

@@ -37,6 +37,7 @@ random key) and stop on EOS or `max_new_tokens`; a finished row stops changing.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, NamedTuple
 
@@ -60,7 +61,7 @@ from specdec.models.base import DecodeModel, write_rows
 from specdec.outputs import AutoregressiveStats, SampleOutput, SpeculativeStats
 
 # Steps 3 and 4, under the names this module has always offered.
-from specdec.verify import (  # noqa: F401
+from specdec.verify import (  # noqa: F401 - re-exported, part of this module's API
   accepts,
   beta,
   greedy_step,
@@ -173,7 +174,8 @@ def _verify(target, s: _SpeculativeState, x: Array, with_features: bool) -> _Tar
   start = target.lengths(s.target_state)
   chunk = jnp.concatenate([s.last[:, None], x], axis=1)
   if with_features:
-    return _TargetCall(*target.extend_with_features(s.target_state, chunk), start=start)
+    logits, features, target_state = target.extend_with_features(s.target_state, chunk)
+    return _TargetCall(logits, features, target_state, start)
   logits, target_state = target.extend(s.target_state, chunk)
   return _TargetCall(logits, None, target_state, start)
 
@@ -216,7 +218,8 @@ def _commit(
   hit_eos = eos_at <= n
   num_generated = s.num_generated + jnp.where(hit_eos, eos_at, n) + 1
   keep = functools.partial(where_active, active)
-  return s.replace(
+  return dataclasses.replace(
+    s,
     target_state=target.rewind(
       call.target_state, jnp.where(active, call.start + n + 1, call.start)
     ),
@@ -247,10 +250,13 @@ def _count(
 ) -> SpeculativeStats:
   """Adds one iteration at rule.gammas[index] = gamma to each active row's stats;
   `alpha_hat` [B] is the estimate the choice was made from."""
+  # `SpeculativeStats.zeros`, which starts every speculative loop's stats, sets both.
+  assert stats.gamma_counts is not None and stats.alpha_trace is not None
   n = verdict.n
   observed = _observed(n, gamma, active)
   slot = jnp.minimum(stats.iterations, max_new_tokens - 1)
-  return stats.replace(
+  return dataclasses.replace(
+    stats,
     iterations=stats.iterations + active,
     drafted=stats.drafted + gamma * active,
     accepted=stats.accepted + n * active,
@@ -323,7 +329,8 @@ def _speculative_jit(
       lenience,
     )
     committed = _commit(s, proposer, target, proposal, call, verdict, gamma, max_new_tokens, eos_id)
-    return committed.replace(
+    return dataclasses.replace(
+      committed,
       estimate=s.estimate.update(rule, verdict.beta, _observed(verdict.n, gamma, active), active),
       stats=_count(
         s.stats, s.estimate.alpha(rule), index, gamma, active, verdict, proposal.bad, max_new_tokens
@@ -354,16 +361,18 @@ def _speculative_jit(
     keeps from drafting costs what the baseline's loop costs."""
     if len(rule.gammas) == 1:
       return iteration(0, s)
+
+    def chosen(i):
+      return lambda s: jnp.any(~s.done) & (choice(s) == i)
+
     for i in range(len(rule.gammas)):
-      s = jax.lax.while_loop(
-        lambda s, i=i: jnp.any(~s.done) & (choice(s) == i), functools.partial(iteration, i), s
-      )
+      s = jax.lax.while_loop(chosen(i), functools.partial(iteration, i), s)
       if rule.gammas[i] == 0 and isinstance(proposer, drafts.CatchesUp):
         # Tokens owed by iterations without drafts, fed before the next draft step:
         # a loop of zero or one pass, updated in place.
         s = jax.lax.while_loop(
           lambda s: jnp.any(proposer.owes(s.proposer_state)),
-          lambda s: s.replace(proposer_state=proposer.catch_up(s.proposer_state)),
+          lambda s: dataclasses.replace(s, proposer_state=proposer.catch_up(s.proposer_state)),
           s,
         )
     return s
@@ -463,7 +472,9 @@ def _plain_jit(target, inputs, rng, *, rule, max_new_tokens, sampling, eos_id):
   ran = jnp.arange(max_new_tokens)[None] < s.iterations[:, None]
   prior = adaptive.Estimate.zeros(inputs.shape[0]).alpha(rule)[:, None]
   stats = SpeculativeStats.zeros(inputs.shape[0], rule.gammas, max_new_tokens)
-  stats = stats.replace(
+  assert stats.gamma_counts is not None  # `zeros` sets it
+  stats = dataclasses.replace(
+    stats,
     iterations=s.iterations,
     nonfinite=s.nonfinite,
     gamma_counts=stats.gamma_counts.at[:, rule.gammas.index(0)].set(s.iterations),

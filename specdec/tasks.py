@@ -29,8 +29,9 @@ from specdec import _optional
 seqio = _optional.require("seqio", "t5x", purpose="specdec.tasks (seqio tasks)")
 tf = _optional.require("tensorflow", "t5x", purpose="specdec.tasks (seqio tasks)")
 
-from specdec import (
-  data,  # pylint: disable=g-import-not-at-top,wrong-import-position
+# After the checks above, so that a missing seqio fails first, with its install hint.
+from specdec import (  # noqa: E402 - after the optional-dependency checks, on purpose
+  data,
   metrics,
   pretrained,
 )

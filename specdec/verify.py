@@ -235,5 +235,10 @@ def verify(
       *lenient_greedy_step(logits, x, sampling, lenience), p=None, bad=nonfinite(logits)
     )
   p, bad = probabilities_checked(logits, sampling)
-  r = None if gamma == 0 else r[:, :gamma]
-  return Verdict(*speculative_step(p, q, x, r, key, lenience), p=p, bad=bad)
+  if q is None or r is None:
+    if gamma > 0:
+      raise ValueError("q, r: the drafts' distributions and uniforms are needed when sampling")
+    # No drafts: `speculative_step` reads neither; empty stand-ins of their shapes.
+    q = jnp.zeros(x.shape + logits.shape[-1:], jnp.float32)
+    r = jnp.zeros(x.shape, jnp.float32)
+  return Verdict(*speculative_step(p, q, x, r[:, :gamma], key, lenience), p=p, bad=bad)

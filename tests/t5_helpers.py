@@ -188,7 +188,7 @@ def write_t5x_orbax(model_dir: str, params: Mapping[str, Any], step: int = 1000)
   True)` item of {'target': params, 'state': {'step': ...}} under a CheckpointManager
   with T5X's step prefix 'checkpoint'.
   """
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp
 
   manager = ocp.CheckpointManager(
     model_dir,

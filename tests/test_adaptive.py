@@ -69,7 +69,7 @@ def vmapped_decode(target, draft, rule, sampling, seed):
       draft,
       inputs,
       key,
-      gamma=rule,  # pylint: disable=protected-access
+      gamma=rule,
       max_new_tokens=NUM_NEW,
       sampling=sampling,
       eos_id=None,
@@ -148,7 +148,7 @@ def test_the_last_row_objective_keeps_the_law():
       draft,
       inputs,
       key,
-      gamma=rule,  # pylint: disable=protected-access
+      gamma=rule,
       max_new_tokens=NUM_NEW,
       sampling=sampling,
       eos_id=None,
@@ -225,9 +225,9 @@ def test_a_scripted_past_only_schedule_keeps_the_law():
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_greedy_adaptive_equals_greedy_target_on_llama_and_t5():
-  from llama_helpers import ragged_inputs, tiny_model as tiny_llama  # pylint: disable=import-outside-toplevel
+  from llama_helpers import ragged_inputs, tiny_model as tiny_llama
 
-  from t5_helpers import random_inputs, tiny_model as tiny_t5  # pylint: disable=import-outside-toplevel
+  from t5_helpers import random_inputs, tiny_model as tiny_t5
 
   rule = AutoGamma.from_c(0.3, gammas=(0, 1, 2, 4), prior=0.9, decay=0.5)
   llama_target = tiny_llama(0, num_layers=2)
@@ -386,7 +386,7 @@ def test_repeated_calls_compile_once():
   target, draft = bigram_model(target_table), bigram_model(draft_table)
   args = dict(gamma=RULE, max_new_tokens=6, sampling=SamplingConfig(1.0))
   specdec.speculative_sample(target, draft, jnp.ones((3, 1), jnp.int32), jax.random.key(0), **args)
-  before = sample_lib._speculative_jit._cache_size()  # pylint: disable=protected-access
+  before = sample_lib._speculative_jit._cache_size()
   for seed in range(3):
     specdec.speculative_sample(
       target, draft, jnp.full((3, 1), 2, jnp.int32), jax.random.key(seed), **args
@@ -397,7 +397,7 @@ def test_repeated_calls_compile_once():
   specdec.speculative_sample(
     target, draft, jnp.ones((3, 1), jnp.int32), jax.random.key(7), **dict(args, gamma=same_rule)
   )
-  assert sample_lib._speculative_jit._cache_size() == before  # pylint: disable=protected-access
+  assert sample_lib._speculative_jit._cache_size() == before
 
 
 def test_the_decode_is_one_loop_with_one_inner_loop_per_gamma_and_no_switch():
@@ -643,7 +643,7 @@ def test_pruning_with_a_margin_never_changes_a_rows_choice(seed):
     rng.uniform(0.9, 1.3) if g == 0 else g * c + float(v[i]) for i, g in enumerate(gammas)
   )
   full = AutoGamma(gammas=gammas, costs=costs, margin=margin)
-  pruned = AutoGamma._of(gammas, costs, True, dict(margin=margin))  # pylint: disable=protected-access
+  pruned = AutoGamma._of(gammas, costs, True, dict(margin=margin))
 
   def rate(rule, alpha, index):
     factor = 1.0 + margin if rule.gammas[index] > 0 else 1.0

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec.bench import identity as bench_identity  # pylint: disable=g-bad-import-order
-from specdec.data import lm_prompts  # pylint: disable=g-bad-import-order
+from specdec.bench import identity as bench_identity
+from specdec.data import lm_prompts
 from specdec.models import llama
 
 from t5_helpers import random_inputs, tiny_model

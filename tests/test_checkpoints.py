@@ -249,7 +249,7 @@ def test_hf_untied_copy_of_embedding_is_an_error(tmp_path, cfg_params):
   tensors = export_hf(params, cfg)
   tensors["decoder.embed_tokens.weight"] = tensors["shared.weight"] + 1.0
   save_file(tensors, str(tmp_path / "model.safetensors"))
-  with pytest.raises(ValueError, match="'decoder.embed_tokens.weight' should be a tied"):
+  with pytest.raises(ValueError, match=r"'decoder.embed_tokens.weight' should be a tied"):
     load_hf(tmp_path, cfg)
 
 

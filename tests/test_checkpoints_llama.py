@@ -209,15 +209,15 @@ def test_a_tied_config_accepts_only_a_copy_of_the_embedding_as_lm_head():
   copy = dict(tensors, **{"lm_head.weight": tensors["model.embed_tokens.weight"]})
   llama_params_from_hf(copy, cfg)
   other = dict(tensors, **{"lm_head.weight": tensors["model.embed_tokens.weight"] + 1})
-  with pytest.raises(ValueError, match="lm_head.weight"):
+  with pytest.raises(ValueError, match=r"lm_head.weight"):
     llama_params_from_hf(other, cfg)
 
 
 def test_load_errors_name_the_path(tmp_path):
-  with pytest.raises(ValueError, match="config.json"):
+  with pytest.raises(ValueError, match=r"config.json"):
     load_hf_llama(tmp_path)
   (tmp_path / "config.json").write_text(json.dumps(llama_config_to_hf(llama.tiny_config())))
-  with pytest.raises(ValueError, match="model.safetensors"):
+  with pytest.raises(ValueError, match=r"model.safetensors"):
     load_hf_llama(tmp_path)
   with pytest.raises(ValueError, match="missing key 'final_norm/scale'"):
     llama_params_to_hf({"nope": np.zeros(3)}, llama.tiny_config())

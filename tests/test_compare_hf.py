@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("torch", reason="the comparison needs torch (the `hf` extra)")
 pytest.importorskip("transformers", reason="the comparison needs transformers (the `hf` extra)")
 
-from specdec.bench import compare_hf  # pylint: disable=g-bad-import-order
+from specdec.bench import compare_hf
 
-from t5_helpers import random_inputs, tiny_model  # pylint: disable=g-import-not-at-top
+from t5_helpers import random_inputs, tiny_model
 
 GAMMA, MAX_NEW = 2, 6
 SYSTEM_FIELDS = (
@@ -88,7 +88,7 @@ def test_every_system_and_field_is_present(result):
 @pytest.mark.slow  # Shares the benchmark run's fixture; after the default suite.
 def test_speedups_and_ratios_recompute(result):
   systems = result["systems"]
-  for name, r in systems.items():
+  for r in systems.values():
     assert math.isclose(r["ms_per_token"], r["seconds"] * 1e3 / r["tokens"])
     base = systems[r["baseline"]]
     assert r["baseline"] == (
@@ -160,10 +160,10 @@ def lm_pair(tmp_path_factory):
   """Tiny random specdec Llamas, their transformers copies, the prompts, and an EOS id
   that the greedy decode of prompt 0 first reaches at its third token or later (so
   stopping is exercised) with the length it stops at."""
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
 
-  from specdec.io.hf import save_hf_llama  # pylint: disable=g-import-not-at-top
-  from specdec.models import llama  # pylint: disable=g-import-not-at-top
+  from specdec.io.hf import save_hf_llama
+  from specdec.models import llama
 
   models = []
   for seed, layers in ((1, 2), (2, 1)):
@@ -190,7 +190,7 @@ def lm_pair(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lm_result(lm_pair):
-  from specdec.drafts import lookup  # pylint: disable=g-import-not-at-top
+  from specdec.drafts import lookup
 
   target, draft, hf_target, hf_draft, prompts, (eos, _) = lm_pair
   return compare_hf.run_comparison(
@@ -261,9 +261,9 @@ def test_lm_hf_tokens_drop_the_prompt():
 
 
 def test_load_hf_llama_refuses_other_weights(lm_pair, tmp_path):
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
 
-  from specdec.io.hf import save_hf_llama  # pylint: disable=g-import-not-at-top
+  from specdec.io.hf import save_hf_llama
 
   draft = lm_pair[1]
   save_hf_llama(tmp_path, draft.config, draft.params)
@@ -276,7 +276,7 @@ def test_load_hf_llama_refuses_other_weights(lm_pair, tmp_path):
 def test_the_shipped_lm_pair_loads_in_transformers_with_the_same_weights():
   """The real pair (skips without its draft): transformers' draft holds specdec's
   weights, and one greedy decode of a held-out prompt agrees on both sides."""
-  from specdec import pretrained  # pylint: disable=g-import-not-at-top
+  from specdec import pretrained
 
   pytest.importorskip("gguf")
   try:

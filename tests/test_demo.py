@@ -311,7 +311,7 @@ def test_the_cache_directory_follows_the_environment(tmp_path):
 def test_the_cpu_kernel_is_cached_in_a_temporary_folder_when_caching_is_off(monkeypatch, tmp_path):
   """The kernel's library shares specdec's cache; with caching off it is built in a
   temporary folder, not in a folder named after the setting ("off") in the cwd."""
-  from specdec.backends import cpu  # pylint: disable=g-import-not-at-top
+  from specdec.backends import cpu
 
   monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "c"))
   assert cpu.cache_dir() == tmp_path / "c"
@@ -370,7 +370,7 @@ def test_no_cache_is_written_when_it_is_off(tmp_path):
 def test_the_command_line_configures_the_cache_first(monkeypatch):
   """`python -m specdec.bench` turns the cache on (or off) before any subcommand runs;
   `main` called from Python leaves JAX's settings alone."""
-  import runpy  # pylint: disable=g-import-not-at-top
+  import runpy
 
   calls = []
   monkeypatch.setattr(compile_cache, "configure", lambda: calls.append("configure"))

@@ -297,7 +297,7 @@ def test_a_row_needing_sanitizing_leaves_the_other_rows_tokens_alone(vocab):
   argmax and the sanitizing pass. Row 0's largest logit is exactly -1e30 after a -inf:
   sanitized, index 0 (the -inf) ties with it and comes first, alone or beside a NaN
   row, as the CPU kernel gives."""
-  check = jax.jit(distributions._greedy_tokens_checked_xla)  # pylint: disable=protected-access
+  check = jax.jit(distributions._greedy_tokens_checked_xla)
   row = np.full((vocab,), -np.inf, np.float32)
   row[1] = -1e30
   finite = np.arange(vocab, dtype=np.float32) % 7

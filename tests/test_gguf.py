@@ -8,9 +8,9 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from specdec.io import gguf as G  # noqa: E402
-from specdec.io.hf import llama_params_from_hf  # noqa: E402
-from specdec.models import llama  # noqa: E402
+from specdec.io import gguf as G  # noqa: E402 - after importorskip
+from specdec.io.hf import llama_params_from_hf  # noqa: E402 - after importorskip
+from specdec.models import llama  # noqa: E402 - after importorskip
 
 # A tiny llama: rows of 64 values (two 32-value quantization blocks), grouped-query
 # attention (4 heads over 2 key/value heads of 16), untied output layer.
@@ -285,7 +285,7 @@ def _flatten(tree, prefix=()):
 
 
 def test_load_gguf_in_bfloat16_casts_params_and_config(tiny_file):
-  cfg32, params32 = G.load_gguf(tiny_file)
+  _, params32 = G.load_gguf(tiny_file)
   cfg, params = G.load_gguf(tiny_file, dtype=jnp.bfloat16)
   assert cfg.dtype == jnp.bfloat16
   for (key, v), (_, v32) in zip(_flatten(params), _flatten(params32)):
@@ -296,7 +296,7 @@ def test_load_gguf_in_bfloat16_casts_params_and_config(tiny_file):
 def test_logits_equal_transformers_on_the_same_file(tiny_file):
   pytest.importorskip("accelerate")
   transformers = pytest.importorskip("transformers")
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
 
   cfg, params = G.load_gguf(tiny_file)
   tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, (2, 12)).astype(np.int32)
@@ -363,7 +363,8 @@ def test_a_non_gguf_or_truncated_file_is_a_value_error_naming_the_path(tmp_path,
   text.write_text("not a model")
   with pytest.raises(ValueError, match=f"{text}.*not a GGUF file"):
     G.load_gguf(text)
-  data = open(tiny_file, "rb").read()
+  with open(tiny_file, "rb") as f:
+    data = f.read()
   for size in (len(data) - 100, 200, 30):
     cut = tmp_path / f"cut{size}.gguf"
     cut.write_bytes(data[:size])

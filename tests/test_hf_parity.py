@@ -14,11 +14,10 @@ transformers = pytest.importorskip(
   "transformers", reason="parity with transformers needs transformers (the `hf` extra)"
 )
 
-# pylint: disable-next=g-import-not-at-top
-from specdec.io.hf import export_hf, hf_config, save_hf
-from specdec.models import t5
+from specdec.io.hf import export_hf, hf_config, save_hf  # noqa: E402 - after importorskip
+from specdec.models import t5  # noqa: E402 - after importorskip
 
-from t5_helpers import (
+from t5_helpers import (  # noqa: E402 - after importorskip
   MAX_LENGTH,
   encode,
   extend,

@@ -107,7 +107,7 @@ def test_bad_arguments_name_what_is_wrong():
 def test_a_failed_build_raises_with_the_compiler_output(tmp_path, monkeypatch):
   monkeypatch.setattr(cpu, "SOURCES", (tmp_path / "broken.cc",))
   (tmp_path / "broken.cc").write_text("this is not C++")
-  with pytest.raises(RuntimeError, match="broken.cc"):
+  with pytest.raises(RuntimeError, match=r"broken.cc"):
     cpu.build(tmp_path / "out.so")
   assert not (tmp_path / "out.so").exists()
 
@@ -271,8 +271,8 @@ def test_greedy_kernel_equals_the_xla_version_on_every_kind_of_input(vocab):
   accelerators), row for row, on ties, NaN, infinities and values beyond +-1e30."""
   from specdec import distributions
 
-  kernel = jax.jit(lambda x: cpu.greedy_checked(x, distributions._greedy_tokens_checked_xla))  # pylint: disable=protected-access
-  xla = jax.jit(distributions._greedy_tokens_checked_xla)  # pylint: disable=protected-access
+  kernel = jax.jit(lambda x: cpu.greedy_checked(x, distributions._greedy_tokens_checked_xla))
+  xla = jax.jit(distributions._greedy_tokens_checked_xla)
   for seed in range(3):
     x = _adversarial_logits(8, vocab, seed)
     for shaped in (x, x.reshape(2, 4, vocab)):
@@ -293,7 +293,7 @@ def test_greedy_kernel_under_vmap_and_in_the_lowered_cpu_program():
 
   x = _adversarial_logits(6, 300, 0).reshape(3, 2, 300)
   tokens, bad = jax.vmap(distributions.greedy_tokens_checked)(x)
-  want = jax.jit(distributions._greedy_tokens_checked_xla)(x)  # pylint: disable=protected-access
+  want = jax.jit(distributions._greedy_tokens_checked_xla)(x)
   np.testing.assert_array_equal(tokens, want[0])
   np.testing.assert_array_equal(bad, want[1])
   hlo = jax.jit(distributions.greedy_tokens_checked).lower(x).compile().as_text()

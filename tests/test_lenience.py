@@ -13,6 +13,8 @@ false-alarm rate its threshold would have under fresh randomness.
 
 # Algorithm 1's own test machinery: toy models, step cases, sequence enumeration and
 # the chi-square goodness of fit (CHI2_PVALUE = 1e-3: a 0.1% false alarm per test).
+import itertools
+
 from helpers import (
   CHI2_PVALUE,
   bigram_model,
@@ -184,10 +186,11 @@ def test_lenience_is_not_lossless():
   for name in ("random0", "random1", "random2"):
     p, q = cases[name]
     gaps = [
-      np.abs(emission_probabilities(p, q, l) - np.asarray(p)).sum() for l in (1.0, 0.9, 0.5, 0.1)
+      np.abs(emission_probabilities(p, q, lenience) - np.asarray(p)).sum()
+      for lenience in (1.0, 0.9, 0.5, 0.1)
     ]
     assert gaps[0] < 1e-6
-    assert all(b > a for a, b in zip(gaps, gaps[1:])), gaps
+    assert all(b > a for a, b in itertools.pairwise(gaps)), gaps
 
 
 def test_lenience_gives_no_lower_bound_a_token_can_vanish():

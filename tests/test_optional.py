@@ -171,7 +171,7 @@ def test_gin(monkeypatch):
   from specdec import run
 
   hide(monkeypatch, "gin")
-  with pytest.raises(ImportError, match="specdec.run") as excinfo:
+  with pytest.raises(ImportError, match=r"specdec.run") as excinfo:
     run.main(["--gin_file=configs/runs/multi30k_ende.gin"])
   names_extra(excinfo, "t5x")
 

@@ -94,7 +94,7 @@ def reference():
 def _torch_one_thread():
   """torch's OpenMP threads spin against XLA's on a busy 2-core machine (64 greedy
   tokens: 30 s on 2 threads, 1.4 s on 1); restored afterwards."""
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
 
   threads = torch.get_num_threads()
   torch.set_num_threads(1)

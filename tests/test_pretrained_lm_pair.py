@@ -168,9 +168,9 @@ def test_transformers_loads_the_draft_with_the_same_logits():
 
 @pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_pair_is_a_pair_with_its_card_and_a_round_tripping_tokenizer(pair):
-  from specdec.io import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from specdec.io import tokenizer as tokenizer_lib
 
-  target, draft, tok = pair
+  _, _, tok = pair
   assert isinstance(pair, pretrained.Pair) and pair.tokenizer is tok
   assert (pair.card.name, pair.card.draft) == (NAME, "draft")
   assert pair.card.metadata["target"]["lm"] == NAME and "SmolLM2" in pair.card.text
@@ -189,7 +189,7 @@ def test_a_lookup_draft_loads_by_its_name_in_drafts():
     pretrained.lm_path(NAME, verify=False)
   except FileNotFoundError as e:
     pytest.skip(f"the SmolLM2 wheel is not installed (`make test` installs it): {e}")
-  from specdec.drafts import lookup  # pylint: disable=g-import-not-at-top
+  from specdec.drafts import lookup
 
   model = pretrained.load_model(NAME, "draft+lookup")
   assert isinstance(model, lookup.ContextLookup)

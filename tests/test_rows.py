@@ -236,7 +236,7 @@ def test_autogamma_keeps_each_rows_law_beside_another_row():
       draft,
       inputs,
       key,
-      gamma=_RULE,  # pylint: disable=protected-access
+      gamma=_RULE,
       max_new_tokens=_NUM_NEW,
       sampling=sampling,
       eos_id=None,

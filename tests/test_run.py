@@ -10,11 +10,11 @@ import pytest
 
 gin = pytest.importorskip("gin", reason="gin-config is not installed (specdec[t5x])")
 
-from specdec import run  # pylint: disable=g-import-not-at-top
-from specdec.distributions import SamplingConfig
-from specdec.models import t5
+from specdec import run  # noqa: E402 - after importorskip
+from specdec.distributions import SamplingConfig  # noqa: E402 - after importorskip
+from specdec.models import t5  # noqa: E402 - after importorskip
 
-from t5_helpers import tiny_config, tiny_pair_gin  # pylint: disable=g-import-not-at-top
+from t5_helpers import tiny_config, tiny_pair_gin  # noqa: E402 - after importorskip
 
 
 @pytest.fixture(autouse=True)

@@ -253,7 +253,7 @@ class _Hidden:
 
 
 def _t5_pair(packed: bool):
-  from t5_helpers import tiny_model  # pylint: disable=import-outside-toplevel
+  from t5_helpers import tiny_model
 
   target = tiny_model(seed=1, vocab_size=VOCAB)
   full = tiny_model(seed=2, vocab_size=VOCAB, emb_dim=16, num_decoder_layers=1)
@@ -303,7 +303,7 @@ def test_greedy_draft_steps_never_write_the_full_vocabulary(kind, monkeypatch):
   (`ShortlistLogits`); the drafted tokens are those of the V-wide logits' argmax, and
   the decode is still the target's greedy one. Fails if a greedy draft step expands
   its logits into V (the path before the capability)."""
-  from specdec.drafts import base as drafts_base  # pylint: disable=import-outside-toplevel
+  from specdec.drafts import base as drafts_base
 
   if kind == "llama":
     target, draft, _ = _pair(pad_id=0)
@@ -332,9 +332,9 @@ def test_greedy_draft_steps_never_write_the_full_vocabulary(kind, monkeypatch):
 
 @pytest.mark.slow  # ~4 s (three tiny T5 models)
 def test_t5_output_shortlist_misuse_raises_naming_it():
-  from specdec.models import t5  # pylint: disable=import-outside-toplevel
+  from specdec.models import t5
 
-  from t5_helpers import tiny_model  # pylint: disable=import-outside-toplevel
+  from t5_helpers import tiny_model
 
   with pytest.raises(ValueError, match="untied"):
     shortlist.t5_output_shortlist(tiny_model("1.0", vocab_size=VOCAB), [1, 2])

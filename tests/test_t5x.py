@@ -211,7 +211,7 @@ def test_insert_draft_checkpoint_adds_the_draft_to_the_state(pair, draft_checkpo
 
   with pytest.raises(ValueError, match="path: the draft checkpoint is unset"):
     specdec_t5x.insert_draft_checkpoint(read, model_state)
-  with pytest.raises(ValueError, match="has no .specdec_draft. parameters"):
+  with pytest.raises(ValueError, match=r"has no .specdec_draft. parameters"):
     specdec_t5x.insert_draft_checkpoint(
       read, {"target": _shapes(target.params)}, path=draft_checkpoint
     )
@@ -225,7 +225,7 @@ def test_parameter_tree_helpers(pair):
   target, draft, _ = pair
   both = specdec_t5x.with_draft(target.params, draft.params)
   assert specdec_t5x.split_params(both) == (target.params, draft.params)
-  with pytest.raises(ValueError, match="has no .specdec_draft. subtree"):
+  with pytest.raises(ValueError, match=r"has no .specdec_draft. subtree"):
     specdec_t5x.split_params(target.params)
   with pytest.raises(ValueError, match="already holds"):
     specdec_t5x.with_draft(both, draft.params)
@@ -305,9 +305,9 @@ def t5x_lib():
   pytest.importorskip(
     "t5x.models", reason="t5x is not installed (not on PyPI; see specdec.t5x for how to install it)"
   )
-  import seqio  # pylint: disable=g-import-not-at-top
-  from t5x import decoding, models, partitioning, utils  # pylint: disable=g-import-not-at-top
-  from t5x.examples.t5 import network  # pylint: disable=g-import-not-at-top
+  import seqio
+  from t5x import decoding, models, partitioning, utils
+  from t5x.examples.t5 import network
 
   return dict(
     decoding=decoding,
@@ -523,7 +523,7 @@ def test_model_rejects_bad_arguments(t5x_lib, pair):
     model.predict_batch_with_aux(params, _batch(inputs), prompt_with_targets=True)
   with pytest.raises(ValueError, match=r"unsupported keys \['topk'\]"):
     model.predict_batch_with_aux(params, _batch(inputs), decoder_params={"topk": 3})
-  with pytest.raises(ValueError, match="has no .specdec_draft. subtree"):
+  with pytest.raises(ValueError, match=r"has no .specdec_draft. subtree"):
     model.predict_batch_with_aux(target.params, _batch(inputs))
 
 
@@ -725,7 +725,7 @@ def test_decoder_only_model_greedy_is_t5x_temperature_sample(
   target_dir, draft_dir = str(tmp_path / "target"), str(tmp_path / "draft")
   write_t5x_legacy(target_dir, target.params)
   write_t5x_legacy(draft_dir, draft.params)
-  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5x_decoder
 
   module = (
     t5x_decoder.Transformer(target.config)
@@ -808,9 +808,9 @@ def test_decoder_only_scores_are_t5x_rescaled_log_probs(
   (binary_search) logits of T5X's teacher-forced pass, summed over the kept tokens;
   at temperature 1 without masks, T5X's score_batch."""
   lib = t5x_decoder_lib
-  from t5x import binary_search  # pylint: disable=g-import-not-at-top
+  from t5x import binary_search
 
-  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5x_decoder
 
   target, draft = decoder_pair
   vocab = lib["seqio"].PassThroughVocabulary(size=64, eos_id=1)
@@ -847,7 +847,7 @@ def test_decoder_only_scores_are_t5x_rescaled_log_probs(
     "decoder_target_tokens": jnp.ones(flat.shape, jnp.int32),
     "decoder_loss_weights": jnp.asarray(weights.astype(np.int32)),
   }
-  logits = model._compute_logits(params, forced)  # pylint: disable=protected-access
+  logits = model._compute_logits(params, forced)
   scaled = logits / temperature
   if topk:
     scaled = binary_search.topk_mask(scaled, topk, -1e10)
@@ -872,7 +872,7 @@ def test_decoder_only_scores_are_t5x_rescaled_log_probs(
 @pytest.mark.t5x
 def test_decode_fn_in_a_stock_t5x_decoder_only_model(t5x_decoder_lib, decoder_pair, tmp_path):
   lib = t5x_decoder_lib
-  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5x_decoder
 
   target, draft = decoder_pair
   write_t5x_legacy(str(tmp_path), draft.params)
@@ -902,7 +902,7 @@ def test_decode_fn_in_a_stock_t5x_decoder_only_model(t5x_decoder_lib, decoder_pa
 @pytest.mark.t5x
 def test_decoder_only_model_rejects_bad_arguments(t5x_decoder_lib, decoder_pair):
   lib = t5x_decoder_lib
-  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5x_decoder
 
   target, draft = decoder_pair
   vocab = lib["seqio"].PassThroughVocabulary(size=64, eos_id=1)
@@ -917,7 +917,7 @@ def test_decoder_only_model_rejects_bad_arguments(t5x_decoder_lib, decoder_pair)
     cls(**{**kwargs, "gamma": 0})
   with pytest.raises(ValueError, match="decode_fn"):
     cls(**kwargs, decode_fn=lib["decoding"].temperature_sample)
-  with pytest.raises(TypeError, match="draft_module must be specdec.models.t5x_dec"):
+  with pytest.raises(TypeError, match=r"draft_module must be specdec.models.t5x_dec"):
     cls(**{**kwargs, "draft_module": t5.Transformer(t5.tiny_config())})
   other = t5x_decoder.Transformer(draft.config.replace(vocab_size=128))
   with pytest.raises(ValueError, match="draft_module: vocab_size 128"):
@@ -931,7 +931,7 @@ def test_decoder_only_model_rejects_bad_arguments(t5x_decoder_lib, decoder_pair)
     )
   with pytest.raises(ValueError, match=r"unsupported keys \['topk'\]"):
     model.predict_batch_with_aux(params, batch, decoder_params={"topk": 3})
-  with pytest.raises(ValueError, match="has no .specdec_draft. subtree"):
+  with pytest.raises(ValueError, match=r"has no .specdec_draft. subtree"):
     model.predict_batch_with_aux(target.params, batch)
 
 
@@ -939,7 +939,7 @@ def _tiny_decoder_only_gin(directory: pathlib.Path) -> str:
   """A gin file that takes configs/runs/decoder_only_wmt_ende_t0.gin with a tiny
   random decoder-only pair (T5's full vocabulary, which the shipped SentencePiece
   model needs) in place of XXL and Base, and short sequences."""
-  from specdec.models import t5x_decoder  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5x_decoder
 
   lines = [
     "from __gin__ import dynamic_registration",

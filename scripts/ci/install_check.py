@@ -222,7 +222,7 @@ def check_extra(
     else ["bash", "-euo", "pipefail", script.name]
   )
   seconds = _run(runner, log, env=env, cwd=rundir)
-  lines = [l for l in log.read_text(errors="replace").splitlines() if l.strip()]
+  lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
   return install, seconds, lines[-1] if lines else ""
 
 

@@ -714,9 +714,9 @@ def as_prompts(rows: Sequence[dict], source: str | None = None) -> list[ChatProm
 def held_out_texts() -> list[str]:
   """Every text no training prompt may hold: the three evaluation sets'
   (`lm_eval_sets`) and the demo's prompts (`specdec.data.lm_prompts.DEMO_PROMPTS`)."""
-  import lm_eval_sets  # pylint: disable=g-import-not-at-top
+  import lm_eval_sets
 
-  from specdec.data import lm_prompts  # pylint: disable=g-import-not-at-top
+  from specdec.data import lm_prompts
 
   return [c for name in lm_eval_sets.SETS for c in lm_eval_sets.contents(name)] + list(
     lm_prompts.DEMO_PROMPTS
@@ -741,9 +741,9 @@ def chat_split(
   Raises:
     ValueError: naming validation_stride, when below 2.
   """
-  import lm_eval_sets  # pylint: disable=g-import-not-at-top
+  import lm_eval_sets
 
-  from specdec.data import lm_prompts  # pylint: disable=g-import-not-at-top
+  from specdec.data import lm_prompts
 
   if validation_stride < 2:
     raise ValueError(f"validation_stride: must be >= 2, got {validation_stride}")

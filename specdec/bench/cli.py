@@ -22,7 +22,7 @@ from specdec import _optional
 from specdec._checks import check_positive_int
 
 
-def field(default: Any, help: str) -> Any:  # pylint: disable=redefined-builtin
+def field(default: Any, help: str) -> Any:
   """A Config field with its default and its one-line help."""
   return dataclasses.field(default=default, metadata={"help": help})
 

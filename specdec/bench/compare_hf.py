@@ -220,8 +220,9 @@ def _target_lm(pair: str) -> str:
 
 def load_hf_lm_pair(pair: str, draft, draft_name: str = "draft") -> tuple[Any, Any]:
   """(hf_target, hf_draft) of a decoder-only shipped pair: the target from the GGUF
-  file of `pretrained.lm_path` (`pretrained.load_lm_transformers`), the draft `draft_name` from its shipped transformers
-  directory (`pretrained.lm_draft_path`), checked against specdec's `draft`."""
+  file of `pretrained.lm_path` (`pretrained.load_lm_transformers`), the draft
+  `draft_name` from its shipped transformers directory (`pretrained.lm_draft_path`),
+  checked against specdec's `draft`."""
   return (
     pretrained.load_lm_transformers(_target_lm(pair)),
     load_hf_llama(pretrained.lm_draft_path(pair, draft_name), draft),
@@ -509,7 +510,9 @@ def run_comparison(
     for name, (decode, _) in hf.items():
       with _count_forwards(hf_target, hf_draft) as calls:
         tokens = hf_tokens(decode(ids, mask), eos_id, start)
-      seconds = median_seconds(lambda: decode(ids, mask), repeats, warmup=0)
+      seconds = median_seconds(
+        lambda decode=decode, ids=ids, mask=mask: decode(ids, mask), repeats, warmup=0
+      )
       r = results[name]
       r["target_calls"] += calls[0]
       r["draft_calls"] += calls[1]
@@ -520,7 +523,7 @@ def run_comparison(
     xj = jnp.asarray(x)
     for name, (decode, _) in sd.items():
       out = jax.block_until_ready(decode(xj))
-      seconds = median_seconds(lambda: decode(xj).tokens, repeats, warmup=0)
+      seconds = median_seconds(lambda decode=decode, xj=xj: decode(xj).tokens, repeats, warmup=0)
       tokens = specdec_tokens(out)
       r = results[name]
       r["target_calls"] += int(np.sum(out.stats.iterations))

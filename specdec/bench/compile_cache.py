@@ -41,7 +41,6 @@ def configure(environ: Mapping[str, str] | None = None) -> pathlib.Path | None:
   Call it before the first compilation where possible; it also resets JAX's record of
   whether the cache is in use, so that programs compiled after it are cached either
   way."""
-  # pylint: disable-next=g-import-not-at-top
   from jax.experimental.compilation_cache import compilation_cache
 
   path = cache_dir(environ)

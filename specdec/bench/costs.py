@@ -54,7 +54,7 @@ class Config:
 def random_pair(target_config: str, draft_config: str, seed: int = 0):
   """(target, draft, inputs [1, 32]): random-weight T5 presets, float32 on a CPU
   (`bench.t5_shapes.t5_shape_config`, `bench.t5_shapes.random_t5_params`)."""
-  from specdec.models import t5  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5
 
   models = []
   for i, name in enumerate((target_config, draft_config)):
@@ -76,10 +76,10 @@ def _unpacked(model):
 
 def _decode_matrices(model) -> dict[str, Any]:
   if hasattr(model, "per_position_logits"):
-    from specdec.models import t5  # pylint: disable=g-import-not-at-top
+    from specdec.models import t5
 
     return t5.decode_matrices(model.config, model.params)
-  from specdec.models import llama  # pylint: disable=g-import-not-at-top
+  from specdec.models import llama
 
   return llama.decode_matrices(model.config, model.params)
 

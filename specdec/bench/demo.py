@@ -691,7 +691,7 @@ def render(result: dict[str, Any]) -> str:
 def save_plot(result: dict[str, Any], path: str) -> None:
   """Predicted speed-up against gamma per row (its alpha, c and v), and the measured
   one at the card's gamma."""
-  from specdec import _optional  # pylint: disable=g-import-not-at-top
+  from specdec import _optional
 
   matplotlib = _optional.require("matplotlib", "bench", purpose="the plot")
   matplotlib.use("Agg")

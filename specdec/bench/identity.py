@@ -224,7 +224,8 @@ def lm_prompts(
       index = cursor[task]
       cursor[task] += 1
       text = fitting_prefix(
-        sources[task][index][0], lambda t: len(ids(instruction + t)) <= max_prompt_tokens
+        sources[task][index][0],
+        lambda t, instruction=instruction: len(ids(instruction + t)) <= max_prompt_tokens,
       )
       if text is not None:
         break

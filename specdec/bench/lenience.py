@@ -32,7 +32,8 @@ pair's Multi30k test sentences:
   probability), and at temperature 0 the fraction of outputs equal to the target's
   greedy decode (1 at l = 1).
 
-Prints the markdown (and writes it with the JSON, `--out`), with the paper's Table 5 (T5-XXL on WMT EnDe) beside ours.
+Prints the markdown (and writes it with the JSON, `--out`), with the paper's Table 5
+(T5-XXL on WMT EnDe) beside ours.
 """
 
 from __future__ import annotations
@@ -137,15 +138,15 @@ def _lenient_betas(target, draft, inputs, tokens, sampling, leniences):
     # lenient_greedy_step verifies gamma = T drafts against T + 1 positions; the
     # last one only gives the correction token, unused here.
     padded = jnp.concatenate([p_logits, p_logits[:, -1:]], axis=1)
-    for l in leniences:
-      if l == 1.0:
+    for lenience in leniences:
+      if lenience == 1.0:
         out.append((x == greedy_tokens(p_logits)).astype(jnp.float32))
       else:
-        out.append(sample.lenient_greedy_step(padded, x, sampling, l)[2])
+        out.append(sample.lenient_greedy_step(padded, x, sampling, lenience)[2])
   else:
     p = probabilities(p_logits, sampling)
     q = probabilities(q_logits, sampling)
-    out = [sample.beta(p, q, l) for l in leniences]
+    out = [sample.beta(p, q, lenience) for lenience in leniences]
   return jnp.stack(out)
 
 
@@ -167,7 +168,8 @@ def lenient_alpha(
       )
       sums[name] += (betas * valid[None]).sum(axis=(1, 2))
   return {
-    d: {l: float(s[i] / max(count, 1)) for i, l in enumerate(leniences)} for d, s in sums.items()
+    d: {lenience: float(s[i] / max(count, 1)) for i, lenience in enumerate(leniences)}
+    for d, s in sums.items()
   }
 
 
@@ -255,7 +257,11 @@ def run_lenience(
     )
     for name in drafts:
       alphas.append(
-        dict(temperature=temperature, draft=name, alpha={str(l): tf[name][l] for l in leniences})
+        dict(
+          temperature=temperature,
+          draft=name,
+          alpha={str(lenience): tf[name][lenience] for lenience in leniences},
+        )
       )
       logging.getLogger(__name__).info("temperature %g %s alpha_l %s", temperature, name, tf[name])
     greedy_rows = base_rows if sampling.greedy else None
@@ -267,35 +273,35 @@ def run_lenience(
           )
         cost = costs[name, gamma]
         decoders = {
-          l: speculative_decoder(
-            target, draft, gamma, max_new_tokens, sampling, data.EOS_ID, lenience=l
+          lenience: speculative_decoder(
+            target, draft, gamma, max_new_tokens, sampling, data.EOS_ID, lenience=lenience
           )
-          for l in leniences
+          for lenience in leniences
         }
         timing = time_decodes_paired(
           dict(
             baseline=autoregressive_decoder(target, max_new_tokens, sampling, data.EOS_ID),
-            **{str(l): d for l, d in decoders.items()},
+            **{str(lenience): d for lenience, d in decoders.items()},
           ),
           timed,
           key,
           repeats,
         )
         base_s = timing["baseline"][0]
-        for l, decode in decoders.items():
+        for lenience, decode in decoders.items():
           out = decode_all(decode, inputs, batch, key)
           spec_quality, _, _ = quality(vocab, out, references, temperature, greedy_rows)
           alpha_decode = pooled_alpha(out.stats)
           accepted = int(out.stats.accepted.sum())
           rejected = int(out.stats.rejected.sum())
-          spec_s = timing[str(l)][0]
+          spec_s = timing[str(lenience)][0]
           predicted = float(theory.walltime_improvement(alpha_decode, gamma, cost["c"], cost["v"]))
           row = dict(
             temperature=temperature,
             draft=name,
             gamma=gamma,
-            lenience=l,
-            alpha=tf[name][l],
+            lenience=lenience,
+            alpha=tf[name][lenience],
             alpha_decode=alpha_decode,
             alpha_accepts=accepted / max(accepted + rejected, 1),
             tokens_per_iteration=pooled_tokens_per_iteration(out.stats),
@@ -306,7 +312,9 @@ def run_lenience(
             speculative_ms_per_token=spec_s * 1e3,
             speedup=base_s / spec_s,
             predicted_speedup=predicted,
-            speedup_paper_c=float(theory.walltime_improvement(tf[name][l], PAPER_GAMMA, PAPER_C)),
+            speedup_paper_c=float(
+              theory.walltime_improvement(tf[name][lenience], PAPER_GAMMA, PAPER_C)
+            ),
             quality=spec_quality,
             quality_baseline=base_quality,
           )
@@ -322,16 +330,18 @@ def run_lenience(
   best = []
   for temperature in temperatures:
     for name in drafts:
-      for l in leniences:
+      for lenience in leniences:
         sel = [
-          r for r in rows if (r["temperature"], r["draft"], r["lenience"]) == (temperature, name, l)
+          r
+          for r in rows
+          if (r["temperature"], r["draft"], r["lenience"]) == (temperature, name, lenience)
         ]
         top = max(sel, key=lambda r: r["speedup"])
         best.append(
           dict(
             temperature=temperature,
             draft=name,
-            lenience=l,
+            lenience=lenience,
             gamma=top["gamma"],
             speedup=top["speedup"],
           )
@@ -402,13 +412,19 @@ def markdown(result: dict[str, Any]) -> str:
   alpha_rows = []
 
   def paper_values(values):
-    return [values[paper_l.index(l)] if l in paper_l else None for l in leniences]
+    return [
+      values[paper_l.index(lenience)] if lenience in paper_l else None for lenience in leniences
+    ]
 
   for temperature in cfg["temperatures"]:
     paper = result["paper"]["table5"].get(str(float(temperature)), {})
     for a in (a for a in result["alpha"] if a["temperature"] == temperature):
       alpha_rows.append(
-        [f"{temperature:g}", a["draft"], *_cells(a["alpha"][str(l)] for l in leniences)]
+        [
+          f"{temperature:g}",
+          a["draft"],
+          *_cells(a["alpha"][str(lenience)] for lenience in leniences),
+        ]
       )
       if a["draft"] in paper:
         alpha_rows.append(
@@ -418,7 +434,9 @@ def markdown(result: dict[str, Any]) -> str:
       if name not in cfg["drafts"]:
         alpha_rows.append([f"{temperature:g}", f"*paper: {name}*", *_cells(paper_values(values))])
   lines.append(
-    report.markdown_table(["temperature", "draft"] + [f"l = {l:g}" for l in leniences], alpha_rows)
+    report.markdown_table(
+      ["temperature", "draft"] + [f"l = {lenience:g}" for lenience in leniences], alpha_rows
+    )
   )
   lines += [
     "",
@@ -520,7 +538,7 @@ def run(config: Config) -> dict[str, Any]:
   """Table 5 of the module doc for `config`."""
   if not config.leniences or not config.temperatures:
     raise ValueError("leniences and temperatures: give at least one value each")
-  leniences = [sample.check_lenience(l) for l in config.leniences]
+  leniences = [sample.check_lenience(lenience) for lenience in config.leniences]
   if any(t < 0 for t in config.temperatures):
     raise ValueError(f"temperatures must be >= 0, got {config.temperatures}")
   cli.check_positive(

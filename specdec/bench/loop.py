@@ -222,7 +222,7 @@ def pooled_rows(
       iterations = sum(p["iterations"] for p in parts)
       tokens = sum(p["tokens"] for p in parts)
       # Per-iteration (per-token) seconds pooled over the prompts.
-      total = lambda f, n: sum(p[f] * p[n] for p in parts)
+      total = lambda f, n, parts=parts: sum(p[f] * p[n] for p in parts)
       row = dict(
         temperature=float(t),
         gamma=int(g),

@@ -228,11 +228,11 @@ def _ngram_corpus(config: Config, w: workloads.Workload, kind: str | None, extra
   if w.pair in workloads.TOY_PAIRS:
     raise ValueError("ngram_corpus: a toy pair has no text; use target_outputs")
   if w.family == "llama":
-    from specdec import pretrained  # pylint: disable=g-import-not-at-top
+    from specdec import pretrained
 
     tok = pretrained.load_lm_tokenizer(pretrained.pair_info(w.pair)["target"]["lm"])
     return drafts_lib.lm_text_corpus(tok, w.eos_id, exclude=w.texts or ()), None
-  from specdec import data  # pylint: disable=g-import-not-at-top
+  from specdec import data
 
   examples = workloads.task_examples(config.task, w.pair)[len(w.inputs) :]
   return drafts_lib.t5_corpus(data.Vocabulary(), config.task, examples), 0
@@ -254,7 +254,7 @@ def _concat_stats(outputs):
 def _metric(w: workloads.Workload, outputs) -> dict[str, float]:
   if w.references is None or w.metric is None:
     return {}
-  from specdec import metrics  # pylint: disable=g-import-not-at-top
+  from specdec import metrics
 
   texts = workloads.texts_of(w, outputs)
   return metrics.metric_fn(w.metric)(w.references[: len(texts)], texts)

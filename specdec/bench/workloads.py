@@ -68,14 +68,14 @@ def toy_models(pair: str, seed: int = 0) -> tuple[Any, Any]:
   smaller), float32."""
   family, vocab, _, pad = TOY_PAIRS[pair]
   if family == "llama":
-    from specdec.models import llama  # pylint: disable=g-import-not-at-top
+    from specdec.models import llama
 
     models = []
     for layers, s in ((2, seed), (1, seed + 1)):
       cfg = llama.tiny_config(vocab_size=vocab, num_layers=layers)
       models.append(llama.Llama(cfg, jax.device_put(llama.random_params(cfg, seed=s)), pad_id=pad))
     return tuple(models)
-  from specdec.models import t5  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5
 
   models = []
   for layers, s in ((2, seed), (1, seed + 1)):

@@ -184,7 +184,8 @@ def split(
   heldout_texts = {p.text for p in prompts if is_heldout(p.index)}
   train = _round_robin([p for p in prompts if p.text not in heldout_texts], seed)
   heldout = _round_robin([p for p in prompts if is_heldout(p.index)], seed + 1)
-  evaluation, seen = [], set()
+  evaluation: list[Any] = []
+  seen: set[Any] = set()
   for p in heldout:
     # One prompt per held-out text, so that the evaluation covers more texts.
     if (p.source, p.index) not in seen and len(evaluation) < num_eval:

@@ -27,7 +27,7 @@ from specdec.models.base import DecodeModel
 
 def as_proposer(draft: Any) -> Proposer:
   """`draft` as a `Proposer`, or a TypeError naming `draft`."""
-  from specdec.drafts import eagle  # pylint: disable=import-outside-toplevel
+  from specdec.drafts import eagle
 
   if isinstance(draft, (ModelProposer, FeatureProposer)):
     return draft

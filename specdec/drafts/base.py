@@ -65,7 +65,9 @@ class Proposer(Protocol):
     reads_target_features: whether `start` and `commit` want the target's features.
   """
 
-  vocab_size: int
+  @property
+  def vocab_size(self) -> int: ...
+
   reads_target_features: bool
 
   def start(

@@ -34,7 +34,7 @@ draft has `reads_target_features`: the target must then provide
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
 import json
 import os
 from typing import Any
@@ -45,6 +45,7 @@ import flax.traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 from specdec import _optional
 from specdec.backends import cpu
@@ -73,6 +74,7 @@ class FeatureLayer(nn.Module):
     cfg = self.config
     batch, length = embedded.shape[:2]
     positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
+    assert cfg.head_dim is not None  # LlamaConfig.__post_init__ resolves it
     cos, sin = llama.rope_angles(positions, cfg.head_dim, cfg.rope_theta)
     visible = jnp.tril(jnp.ones((length, length), jnp.bool_))
     x = self.fc(jnp.concatenate([embedded, features], axis=-1))
@@ -88,6 +90,7 @@ class FeatureLayer(nn.Module):
     cfg = self.config
     capacity = cache[0].shape[1]
     positions = lengths[:, None] + jnp.arange(embedded.shape[1])
+    assert cfg.head_dim is not None  # LlamaConfig.__post_init__ resolves it
     cos, sin = llama.rope_angles(positions, cfg.head_dim, cfg.rope_theta)
     visible = (jnp.arange(capacity)[None, None, :] <= positions[:, :, None])[:, None, None]
     x = self.fc(jnp.concatenate([embedded, features.astype(embedded.dtype)], axis=-1))
@@ -102,7 +105,7 @@ def init_params(cfg: llama.LlamaConfig, num_ids: int, rng: Array) -> dict[str, A
   return FeatureLayer(cfg, num_ids).init(rng, jnp.zeros((1, 2, d)), jnp.zeros((1, 2, d)))["params"]
 
 
-def output_rows(target: llama.Llama, ids: Sequence[int]) -> np.ndarray:
+def output_rows(target: llama.Llama, ids: ArrayLike) -> np.ndarray:
   """float32[N, d]: the target's output-layer rows of `ids` (its tied embedding's
   rows, or the columns of its untied `logits_dense` kernel), the draft's head."""
   p = target.params
@@ -113,7 +116,7 @@ def output_rows(target: llama.Llama, ids: Sequence[int]) -> np.ndarray:
   return rows[np.asarray(ids)]
 
 
-def from_target(target: llama.Llama, params: Any, ids: Sequence[int]) -> FeatureDraft:
+def from_target(target: llama.Llama, params: Any, ids: ArrayLike) -> FeatureDraft:
   """The draft of trained `params` (fc, layer, norm; a `head` entry is replaced)
   reading `target`'s features, with the target's embedding and output rows of `ids`
   as its input side and head: nothing of the target is stored with the draft."""
@@ -171,7 +174,7 @@ class FeatureDraft:
     config: llama.LlamaConfig,
     params: Any,
     embedding: Any,
-    ids: Sequence[int],
+    ids: ArrayLike,
     pad_id: int | None = None,
   ) -> FeatureDraft:
     """Checks shapes and builds. Raises ValueError naming the mismatched argument."""
@@ -214,7 +217,7 @@ class FeatureDraft:
       return self
     if jnp.dtype(self.config.dtype) != jnp.float32:
       return self
-    return self.replace(packed=cpu.pack_tree(decode_matrices(self.params)))
+    return dataclasses.replace(self, packed=cpu.pack_tree(decode_matrices(self.params)))
 
   def _prompt(self) -> llama.Llama:
     # Prompt lengths and start tokens depend on the vocabulary and pad_id only: the
@@ -230,7 +233,7 @@ class FeatureDraft:
       variables[cpu.PACKED] = self.packed
     embedded = jnp.take(jnp.asarray(self.embedding, self.config.dtype), tokens, axis=0, mode="clip")
     module = FeatureLayer(self.config, int(self.ids.shape[0]))
-    logits, g, cache = module.apply(
+    logits, g, cache = module.apply(  # type: ignore[misc]  # flax: Any | tuple; a 3-tuple
       variables, embedded, features, lengths, cache, method=FeatureLayer.extend
     )
     return shortlist.expand_logits(logits, self.ids, self.vocab_size), g, cache
@@ -268,7 +271,7 @@ class FeatureDraft:
     return logits, g, FeatureDraftState(cache=cache, lengths=state.lengths + tokens.shape[1])
 
   def rewind(self, state: FeatureDraftState, lengths: Array) -> FeatureDraftState:
-    return state.replace(lengths=base.rewound(state.lengths, lengths))
+    return dataclasses.replace(state, lengths=base.rewound(state.lengths, lengths))
 
   def lengths(self, state: FeatureDraftState) -> Array:
     return state.lengths
@@ -278,7 +281,7 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "feature_draft.json"
 
 
-def save(directory: str, params: Any, ids: Sequence[int], dtype: Any = jnp.bfloat16) -> None:
+def save(directory: str, params: Any, ids: ArrayLike, dtype: Any = jnp.bfloat16) -> None:
   """Writes the trained fc, layer and norm (`head` is the target's, not stored) in
   `dtype` as safetensors, and the head's ids, to `directory`."""
   safetensors_flax = _optional.require("safetensors.flax", "lm", purpose="writing a feature draft")
@@ -303,7 +306,7 @@ def load(directory: str, target: llama.Llama) -> FeatureDraft:
     flat = safetensors_flax.load_file(weights)
     with open(config) as f:
       ids = json.load(f)["ids"]
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     raise ValueError(f"directory: malformed feature draft in {directory}: {e}") from e
   params = flax.traverse_util.unflatten_dict(
     {k: jnp.asarray(v, jnp.float32) for k, v in flat.items()}, sep="/"

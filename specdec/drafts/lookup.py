@@ -29,6 +29,7 @@ the lengths (slots past a row's length are never read).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import flax.struct
@@ -151,7 +152,7 @@ class ContextLookup:
 
   def with_packed_weights(self) -> ContextLookup:
     packed = getattr(self.inner, "with_packed_weights", None)
-    return self.replace(inner=packed()) if packed is not None else self
+    return dataclasses.replace(self, inner=packed()) if packed is not None else self
 
   def start_tokens(self, inputs: Array) -> Array:
     return self.inner.start_tokens(inputs)

@@ -105,6 +105,10 @@ class _Ngram:
   def lengths(self, state: NgramState) -> Array:
     return state.lengths
 
+  def _logits(self, tokens: Array) -> Array:
+    """float32[B, T, V] draft logits after each of `tokens` int32[B, T]."""
+    raise NotImplementedError
+
 
 @flax.struct.dataclass
 class Unigram(_Ngram):
@@ -114,7 +118,7 @@ class Unigram(_Ngram):
     log_probs: float32[V].
   """
 
-  log_probs: Array = None
+  log_probs: Array
 
   @classmethod
   def from_counts(cls, counts, smoothing: float = 1.0) -> Unigram:
@@ -154,9 +158,9 @@ class Bigram(_Ngram):
     rest_logits: float32[V], log q(b | a) of every other b.
   """
 
-  successors: Array = None
-  successor_logits: Array = None
-  rest_logits: Array = None
+  successors: Array
+  successor_logits: Array
+  rest_logits: Array
 
   @classmethod
   def from_counts(

@@ -30,7 +30,6 @@ norm(max(0, p - q)) needs q everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import dataclasses
 from typing import Any
 
@@ -39,13 +38,14 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import ArrayLike
 
 from specdec.models import base, llama
 
 Array = jax.Array
 
 
-def index_map(ids: Sequence[int], vocab_size: int) -> np.ndarray:
+def index_map(ids: ArrayLike, vocab_size: int) -> np.ndarray:
   """int32[V]: each full-vocabulary id's shortlist position, N (OTHER) off the list.
 
   Raises:
@@ -94,7 +94,7 @@ class Shortlist:
 
   @classmethod
   def create(
-    cls, inner: llama.Llama, ids: Sequence[int], vocab_size: int, pad_id: int | None = None
+    cls, inner: llama.Llama, ids: ArrayLike, vocab_size: int, pad_id: int | None = None
   ) -> Shortlist:
     """Checks and builds: `inner` over len(ids) + 1 ids, `pad_id` on the list."""
     index = index_map(ids, vocab_size)
@@ -112,7 +112,7 @@ class Shortlist:
         )
       inner_pad = int(index[pad_id])
     return cls(
-      inner=inner.replace(pad_id=inner_pad),
+      inner=dataclasses.replace(inner, pad_id=inner_pad),
       ids=jnp.asarray(np.asarray(ids, np.int32)),
       index=jnp.asarray(index),
       pad_id=pad_id,
@@ -132,7 +132,7 @@ class Shortlist:
 
   def with_packed_weights(self) -> Shortlist:
     """`llama.Llama.with_packed_weights` of the inner model."""
-    return self.replace(inner=self.inner.with_packed_weights())
+    return dataclasses.replace(self, inner=self.inner.with_packed_weights())
 
   def _map(self, name: str, tokens: Array) -> Array:
     base.check_tokens(name, tokens, self.vocab_size)
@@ -182,7 +182,7 @@ class OutputShortlist:
   ids: Any
 
   @classmethod
-  def create(cls, inner: Any, ids: Sequence[int]) -> OutputShortlist:
+  def create(cls, inner: Any, ids: ArrayLike) -> OutputShortlist:
     """Checks `ids` against `inner.vocab_size` (`index_map`) and builds."""
     index_map(ids, inner.vocab_size)
     return cls(inner=inner, ids=jnp.asarray(np.asarray(ids, np.int32)))
@@ -197,7 +197,7 @@ class OutputShortlist:
 
   def with_packed_weights(self) -> OutputShortlist:
     """The inner model's `with_packed_weights`."""
-    return self.replace(inner=self.inner.with_packed_weights())
+    return dataclasses.replace(self, inner=self.inner.with_packed_weights())
 
   def init(self, inputs: Array, max_length: int) -> Any:
     return self.inner.init(inputs, max_length)
@@ -226,7 +226,7 @@ class OutputShortlist:
     return self.inner.lengths(state)
 
 
-def t5_output_shortlist(model: Any, ids: Sequence[int]) -> OutputShortlist:
+def t5_output_shortlist(model: Any, ids: ArrayLike) -> OutputShortlist:
   """An untied (v1.1) `t5.T5` restricted to the logits of `ids`: its
   `decoder/logits_dense` kernel [E, V] cut to the N columns of the list
   (`T5Config.output_vocab_size` = N); the encoder, embedding and decoder layers
@@ -237,7 +237,7 @@ def t5_output_shortlist(model: Any, ids: Sequence[int]) -> OutputShortlist:
   Raises:
     ValueError: a tied (v1.0) model, or `ids` not valid for its vocabulary.
   """
-  from specdec.models import t5  # pylint: disable=g-import-not-at-top
+  from specdec.models import t5
 
   if not isinstance(model, t5.T5) or model.config.logits_via_embedding:
     raise ValueError("t5_output_shortlist needs an untied (v1.1) t5.T5 model")
@@ -248,7 +248,7 @@ def t5_output_shortlist(model: Any, ids: Sequence[int]) -> OutputShortlist:
   flat[name] = jnp.take(jnp.asarray(flat[name]), jnp.asarray(cols), axis=1)
   params = traverse_util.unflatten_dict(flat, sep="/")
   cfg = dataclasses.replace(model.config, output_vocab_size=len(cols))
-  inner = model.replace(config=cfg, params=params, packed=None)
+  inner = dataclasses.replace(model, config=cfg, params=params, packed=None)
   if model.packed is not None:
     inner = inner.with_packed_weights()
   return OutputShortlist.create(inner, cols)

@@ -180,7 +180,7 @@ class Tokenizer:
   ):
     _imports()
     tokenizers = _optional.require("tokenizers", "lm", purpose="the GGUF tokenizer")
-    AddedToken, Regex = tokenizers.AddedToken, tokenizers.Regex  # pylint: disable=C0103
+    AddedToken, Regex = tokenizers.AddedToken, tokenizers.Regex
     decoders, models, pre_tokenizers = (
       tokenizers.decoders,
       tokenizers.models,

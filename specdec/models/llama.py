@@ -774,8 +774,9 @@ def state_logical_axes(state: LlamaState) -> LlamaState:
   """A tree like `state` whose leaves are `PartitionSpec`s of logical axis names."""
   spec = jax.sharding.PartitionSpec
   return LlamaState(
-    caches=jax.tree.map(lambda _: spec(*KV_CACHE_AXES), state.caches), lengths=spec("batch")
-  )  # type: ignore[arg-type]  # a spec tree
+    caches=jax.tree.map(lambda _: spec(*KV_CACHE_AXES), state.caches),
+    lengths=spec("batch"),  # type: ignore[arg-type]  # a spec tree, not an array
+  )
 
 
 # The network's two entry points, compiled once per config and shape when called

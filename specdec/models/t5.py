@@ -1272,8 +1272,8 @@ def state_logical_axes(state: T5State) -> T5State:
     caches=kv(state.caches),
     cross=kv(state.cross),
     encoder_mask=spec("batch", "length"),  # type: ignore[arg-type]  # spec tree
-    lengths=spec("batch"),
-  )  # type: ignore[arg-type]  # a spec tree, not arrays
+    lengths=spec("batch"),  # type: ignore[arg-type]  # a spec tree, not an array
+  )
 
 
 @flax.struct.dataclass

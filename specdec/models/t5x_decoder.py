@@ -489,8 +489,9 @@ def state_logical_axes(state: DecoderState) -> DecoderState:
   """A tree like `state` whose leaves are `PartitionSpec`s of logical axis names."""
   spec = jax.sharding.PartitionSpec
   return DecoderState(
-    caches=jax.tree.map(lambda _: spec(*KV_CACHE_AXES), state.caches), lengths=spec("batch")
-  )  # type: ignore[arg-type]  # a spec tree
+    caches=jax.tree.map(lambda _: spec(*KV_CACHE_AXES), state.caches),
+    lengths=spec("batch"),  # type: ignore[arg-type]  # a spec tree, not an array
+  )
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "logits"))

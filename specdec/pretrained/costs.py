@@ -9,6 +9,7 @@ alpha (`registry.measured_alpha`) into the pair's rule.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from specdec import adaptive
 from specdec.pretrained.registry import check_draft, measured_alpha, pair_dir, pair_spec
@@ -102,6 +103,5 @@ def auto_gamma(
     )
   prior = measured_alpha(name, draft, temperature)
   gammas = shipped_gammas(name) if gammas is None else gammas
-  return adaptive.AutoGamma.from_costs(
-    costs, gammas, margin=margin, **({} if prior is None else dict(prior=prior))
-  )
+  extra: dict[str, Any] = {} if prior is None else dict(prior=prior)
+  return adaptive.AutoGamma.from_costs(costs, gammas, margin=margin, **extra)

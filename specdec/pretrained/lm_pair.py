@@ -9,6 +9,7 @@ proposal (`with_context_lookup`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -59,7 +60,7 @@ def load_lm(
     `(specdec.models.llama.Llama, specdec.io.tokenizer.Tokenizer)`; stop decoding on
     `tokenizer.eos_id`.
   """
-  from specdec.backends import cpu as cpu_backend  # pylint: disable=g-import-not-at-top
+  from specdec.backends import cpu as cpu_backend
 
   path = lm_path(name)
   tok = tokenizer_lib.Tokenizer.from_reader(gguf.open_gguf(path), source=str(path))
@@ -82,7 +83,7 @@ def _lm_model(path: str, size: int, mtime_ns: int, dtype: str, packed: bool):
   a `llama.Llama` is immutable, so sharing its arrays is safe (the tokenizer, which
   has mutable attributes, is built anew by each call)."""
   del size, mtime_ns, packed  # part of the key only
-  from specdec.models import llama  # pylint: disable=g-import-not-at-top
+  from specdec.models import llama
 
   cfg, params = gguf.load_gguf(path, dtype=jnp.dtype(dtype))
   # On the device once: numpy leaves would be copied in again on every jit call.
@@ -101,7 +102,7 @@ def load_lm_transformers(name: str = "smollm2_135m_instruct", dtype: str = "floa
   """transformers' `LlamaForCausalLM` from the GGUF file `load_lm` reads, dequantized
   by transformers itself (logits agree with `load_lm`'s within 1e-4 in float32,
   tests/test_pretrained_lm.py), in eval mode; `dtype` names a torch dtype."""
-  from specdec._optional import require  # pylint: disable=g-import-not-at-top
+  from specdec._optional import require
 
   torch, transformers = (
     require(m, "hf", purpose="load_lm_transformers") for m in ("torch", "transformers")
@@ -168,8 +169,8 @@ def load_lm_draft(
     ValueError: naming the file, when the draft's vocabulary does not match the
       target's, or `shortlist.json` is malformed.
   """
-  from specdec.drafts import shortlist as shortlist_lib  # pylint: disable=g-import-not-at-top
-  from specdec.models import llama  # pylint: disable=g-import-not-at-top
+  from specdec.drafts import shortlist as shortlist_lib
+  from specdec.models import llama
 
   path = pathlib.Path(path)
   cfg, params = hf.load_hf_llama(path, dtype=dtype)
@@ -179,7 +180,7 @@ def load_lm_draft(
       raise ValueError(
         f"{path}: the draft's vocabulary ({cfg.vocab_size}) is not the target's ({vocab_size})"
       )
-    return inner.replace(pad_id=pad_id)
+    return dataclasses.replace(inner, pad_id=pad_id)
   try:
     with open(path / SHORTLIST_FILE) as f:
       ids = json.load(f)["ids"]
@@ -208,9 +209,16 @@ def with_context_lookup(name: str, draft_model):
   with the pair's settings (`lookup_settings`): its distribution mixed with the token
   that followed the context's last 2-4 tokens where they occurred before (prompt
   lookup); lossless like any draft."""
-  from specdec.drafts import lookup as lookup_lib  # pylint: disable=g-import-not-at-top
+  from specdec.drafts import lookup as lookup_lib
 
   return lookup_lib.ContextLookup.create(draft_model, **lookup_settings(name))
+
+
+def _target_lm(spec: PairSpec) -> str:
+  """`spec.target_lm`, which `PairSpec.parse` requires of a decoder-only pair."""
+  if spec.target_lm is None:
+    raise ValueError(f"{spec.name}: target.lm: a decoder-only pair names its target's LM")
+  return spec.target_lm
 
 
 def load_model(
@@ -222,9 +230,9 @@ def load_model(
   not used."""
   del per_position_logits, shortlist
   if which == "target":
-    return load_lm(spec.target_lm, dtype=dtype)[0]
+    return load_lm(_target_lm(spec), dtype=dtype)[0]
   base, lookup = split_lookup(which)
-  pad_id = load_lm_tokenizer(spec.target_lm).pad_id
+  pad_id = load_lm_tokenizer(_target_lm(spec)).pad_id
   model = load_lm_draft(lm_draft_path(spec.name, base), spec.vocab_size, dtype=dtype, pad_id=pad_id)
   return with_context_lookup(spec.name, model) if lookup else model
 
@@ -247,7 +255,7 @@ def load_pair(
     raise ValueError(f"per_position_logits: T5 pairs only; {name!r} is a decoder-only pair")
   base, lookup = split_lookup(draft)
   path = lm_draft_path(name, base)
-  target, tok = load_lm(spec.target_lm, dtype=dtype)
+  target, tok = load_lm(_target_lm(spec), dtype=dtype)
   draft_model = load_lm_draft(path, target.vocab_size, dtype=dtype, pad_id=tok.pad_id)
   # Packed on a CPU like the target (`Llama.with_packed_weights`): a draft step reads
   # its output layer once, at full bandwidth, and its weights, stored in bfloat16,
@@ -268,4 +276,4 @@ def lm_eval_prompts(name: str = "smollm2_135m_instruct") -> list[str]:
 
 def load_tokenizer(spec: PairSpec) -> tokenizer_lib.Tokenizer:
   """The tokenizer of a decoder-only pair: its target LM's."""
-  return load_lm_tokenizer(spec.target_lm)
+  return load_lm_tokenizer(_target_lm(spec))

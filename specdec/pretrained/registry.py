@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import dataclasses
 import json
 import pathlib
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from specdec import data
 from specdec.io import tokenizer as tokenizer_lib
@@ -64,7 +64,7 @@ class PairSpec:
     """The spec of pair `name` from its pair.json's contents `info`; a ValueError
     naming `source` and the field where a field is missing or wrong."""
 
-    def fail(field, why):
+    def fail(field: str, why: str) -> NoReturn:
       raise ValueError(f"{source}: {field} {why}")
 
     if not isinstance(info, Mapping):
@@ -72,7 +72,7 @@ class PairSpec:
     if info.get("name") != name:
       fail("name", f"must be {name!r}, got {info.get('name')!r}")
     family = info.get("family")
-    if family not in FAMILIES:
+    if not isinstance(family, str) or family not in FAMILIES:
       fail("family", f"must be one of {list(FAMILIES)}, got {family!r}")
     target = info.get("target")
     if not isinstance(target, Mapping) or not isinstance(target.get("config"), Mapping):
@@ -210,7 +210,7 @@ def best_draft(
     for d in drafts(name)
   }
   alphas = {d: a for d, a in alphas.items() if a is not None}
-  return max(alphas, key=alphas.get) if alphas else "draft"
+  return max(alphas, key=lambda d: alphas[d]) if alphas else "draft"
 
 
 def measured_alpha(name: str, draft: str, temperature: float) -> float | None:

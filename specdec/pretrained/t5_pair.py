@@ -38,7 +38,7 @@ def load_model(
   from its T5X checkpoint, its weights packed or `per_position_logits` chosen as
   `specdec.pretrained.load_model` says, and its output layer cut to its shortlist
   where it has one and `shortlist` asks for it."""
-  from specdec.io import t5x  # pylint: disable=g-import-not-at-top
+  from specdec.io import t5x
 
   name, info = spec.name, spec.metadata
   cfg = _t5_config(info[which]["config"], dtype)
@@ -46,7 +46,7 @@ def load_model(
   # On the device once: numpy leaves would be copied in again on every jit call
   # (tens of MB per decode, as long as several decoded tokens on a CPU).
   chosen = per_position_logits is None
-  if chosen:
+  if per_position_logits is None:
     per_position_logits = (
       CPU_PER_POSITION_LOGITS if which == "target" and jax.default_backend() == "cpu" else 0
     )
@@ -54,10 +54,10 @@ def load_model(
   model = model.with_packed_weights() if chosen else model
   listed = info[which].get("shortlist")
   if shortlist and listed:
-    from specdec.drafts import shortlist as shortlist_lib  # pylint: disable=g-import-not-at-top
+    from specdec.drafts import shortlist as shortlist_lib
 
     ids = json.loads((pair_dir(name) / listed).read_text())["ids"]
-    model = shortlist_lib.t5_output_shortlist(model, ids)
+    return shortlist_lib.t5_output_shortlist(model, ids)
   return model
 
 

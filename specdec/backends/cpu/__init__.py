@@ -370,7 +370,7 @@ def pack_tree(matrices: dict[str, tuple[Array, bool]], dtype: Any = None) -> dic
     ValueError: dtype bfloat16 for weights it does not hold exactly (the packed copy
       would change the model's numbers).
   """
-  from flax import traverse_util  # pylint: disable=g-import-not-at-top
+  from flax import traverse_util
 
   flat = {name: jnp.asarray(w).T if transposed else w for name, (w, transposed) in matrices.items()}
   name = None if dtype is None else jnp.dtype(dtype).name
