@@ -101,6 +101,7 @@ def _tiny_pairs(monkeypatch, t5_pair=True):
 
   monkeypatch.setattr(pretrained, "load_pair", load_pair)
   monkeypatch.setattr(pretrained, "pair_info", lambda name: cards[name])
+  monkeypatch.setattr(pretrained, "best_draft", lambda name, temperature: "draft")
   monkeypatch.setattr(pretrained, "auto_gamma", auto_gamma)
   monkeypatch.setattr(
     pretrained,
