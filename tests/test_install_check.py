@@ -1,5 +1,6 @@
-"""The README's "Installing" section and CI's install check (scripts/ci/install_check.py)
-agree: CI runs the README's own snippets, and installs by the commands its table lists."""
+"""The README's "Installing" table, docs/installing.md and CI's install check
+(scripts/ci/install_check.py) agree: CI runs the documented snippets, and installs by the
+commands the table lists."""
 
 import importlib.util
 import pathlib
@@ -22,6 +23,7 @@ def _load_install_check():
 
 install_check = _load_install_check()
 README = (REPO / "README.md").read_text()
+SNIPPETS = (REPO / "docs" / "installing.md").read_text()
 
 
 def _table() -> dict[str, str]:
@@ -37,7 +39,7 @@ def _table() -> dict[str, str]:
 
 
 def test_every_extra_has_a_snippet_and_ci_checks_them_all():
-  snippets = install_check.readme_snippets(README)
+  snippets = install_check.readme_snippets(SNIPPETS)
   assert set(snippets) == set(install_check.INSTALL) == {"base", *_optional.EXTRAS}
 
 
@@ -53,7 +55,7 @@ def test_the_table_lists_the_commands_ci_installs_with():
 
 
 def test_snippets_decode_few_tokens():
-  for extra, (_, code) in install_check.readme_snippets(README).items():
+  for extra, (_, code) in install_check.readme_snippets(SNIPPETS).items():
     counts = [int(n) for n in re.findall(r"max[_-]new[_-]tokens=(\d+)", code)]
     assert all(n <= 8 for n in counts), (extra, counts)
 

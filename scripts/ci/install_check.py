@@ -1,4 +1,4 @@
-"""Installs specdec as users do, one extra at a time, and runs the README's snippets.
+"""Installs specdec as users do, one extra at a time, and runs each extra's snippet.
 
     python3 scripts/ci/install_check.py [--extras base,lm,...] [--work DIR] [--keep]
 
@@ -12,8 +12,9 @@ CI runs it after the default suite (.ci/run), from the checkout, with the suite'
    (`pip config list`: the local file indexes and PyPI).
 3. For each extra: a fresh virtual environment (one per extra) with the wheel and only
    that extra, installed offline from the wheelhouse (`--no-index`) by the README's
-   command for it (`INSTALL`), then that extra's README snippet (the fenced block after
-   `<!-- install-check: EXTRA -->`), run in a directory outside the checkout.
+   command for it (`INSTALL`), then that extra's snippet in docs/installing.md (the
+   fenced block after `<!-- install-check: EXTRA -->`), run in a directory outside the
+   checkout.
 
 It prints each extra's install and snippet time and the snippet's last line, and exits
 non-zero if any install or snippet failed. Python standard library only.
@@ -33,7 +34,7 @@ import time
 import zipfile
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
+SNIPPETS = REPO / "docs" / "installing.md"
 SUITE_PYTHON = REPO / ".venv" / "bin" / "python"
 # The wheel holds the shipped pairs' weights; it must not grow past this.
 MAX_WHEEL_MB = 68.0
@@ -53,13 +54,13 @@ NOT_SOURCES = {".venv", ".git", "build", "dist", "out", ".pytest_cache", ".hypot
 
 
 def readme_snippets(text: str) -> dict[str, tuple[str, str]]:
-  """{extra: (language, code)} of the README's blocks marked `install-check: extra`."""
+  """{extra: (language, code)} of the blocks marked `install-check: extra` in `text`."""
   snippets = {}
   for extra, language, code in MARKER.findall(text):
     if extra in snippets:
-      raise ValueError(f"README: two install-check snippets for {extra!r}")
+      raise ValueError(f"two install-check snippets for {extra!r}")
     if language not in ("python", "sh"):
-      raise ValueError(f"README: the {extra!r} snippet is {language!r}, not python/sh")
+      raise ValueError(f"the {extra!r} snippet is {language!r}, not python/sh")
     snippets[extra] = (language, code + "\n")
   return snippets
 
@@ -249,10 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(f"--work: {work} is inside the checkout")
   if not SUITE_PYTHON.exists():
     parser.error(f"no {SUITE_PYTHON}: run `make test` first")
-  snippets = readme_snippets(README.read_text())
+  snippets = readme_snippets(SNIPPETS.read_text())
   missing = [e for e in extras if e not in snippets]
   if missing:
-    parser.error(f"README.md has no install-check snippet for {missing}")
+    parser.error(f"docs/installing.md has no install-check snippet for {missing}")
   shutil.rmtree(work, ignore_errors=True)
   work.mkdir(parents=True)
 
