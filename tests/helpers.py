@@ -6,6 +6,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from scipy import stats as scipy_stats
 
 import specdec
@@ -17,6 +18,17 @@ GREEDY = SamplingConfig(temperature=0.0)
 VOCAB, NUM_NEW = 5, 4
 # Chi-square tests reject at p < 1e-3: a false-alarm rate of 0.1% per test.
 CHI2_PVALUE = 1e-3
+# The default suite stays under 6 minutes; .ci/run runs the slow marker after it.
+SLOW = pytest.mark.slow
+
+
+def first_in_default(n, cases):
+  """`cases` for `parametrize` (a tuple per case for several names): the first `n` in
+  the default suite, the rest marked slow (.ci/run runs them after it). The default
+  suite keeps one of each kind of case within its 6 minutes; CI runs them all."""
+  cases = list(cases)
+  slow = [pytest.param(*c if isinstance(c, tuple) else (c,), marks=SLOW) for c in cases[n:]]
+  return cases[:n] + slow
 
 
 def _lookup(tokens, table):

@@ -14,6 +14,7 @@ from helpers import (
   chi_square_pvalue,
   context_model,
   exact_sequence_distribution,
+  first_in_default,
 )
 import jax
 import jax.numpy as jnp
@@ -320,7 +321,7 @@ def test_tokens_past_a_rows_limit_do_not_count(objective):
   assert rule.gammas[int(adaptive.choose(rule, alpha, ones, jnp.full((1,), 1)))] == 0
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", first_in_default(2, range(12)))
 def test_pruning_to_the_envelope_never_lowers_a_rows_expected_rate(seed):
   rng = np.random.default_rng(seed)
   gammas = adaptive.DEFAULT_GAMMAS

@@ -144,6 +144,7 @@ def _greedy_rows(target, inputs, start):
   return base, logits
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 @pytest.mark.parametrize("family", ["t5", "llama"])
 def test_mismatch_report_reads_the_single_step_logits_at_the_first_difference(
   family, pair, lm_workload

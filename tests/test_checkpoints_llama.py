@@ -91,6 +91,7 @@ def test_config_json_as_transformers_writes_it_loads(saved):
   )
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_logits_and_greedy_tokens_match_transformers(saved):
   """float32 logits within 1e-4 over a 16-token prompt; 16 greedy tokens identical
   to transformers' generate(do_sample=False)."""

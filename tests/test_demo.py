@@ -137,6 +137,7 @@ def _check_rows(result, temperatures):
   assert set(result["examples"]) == set(bench_demo.TASKS)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_demo_runs_all_three_tasks_on_tiny_models(monkeypatch):
   """The fast variant: one tiny Llama pair serves all three tasks, so that the whole
   demo compiles three decode loops (`test_the_demo_runs_both_temperatures_on_tiny_pairs`
@@ -362,6 +363,7 @@ def test_compiled_programs_are_cached_where_the_environment_says(tmp_path):
   assert not (tmp_path / "home").exists()
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_no_cache_is_written_when_it_is_off(tmp_path):
   for off in ("off", "0"):
     _run(tmp_path, ["-c", _CONFIGURE_AND_COMPILE], SPECDEC_CACHE_DIR=off)

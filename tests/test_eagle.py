@@ -29,6 +29,7 @@ from specdec.drafts import eagle
 # --------------------------------------------------------------------- the models
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_targets_features_are_the_hidden_states_its_logits_come_from():
   target = tiny_model(0, pad_id=None)
   x = np.random.default_rng(0).integers(1, 64, (2, 9)).astype(np.int32)
@@ -72,6 +73,7 @@ def test_chunked_extends_give_the_full_pass_over_the_same_features():
   assert int(state.lengths[0]) == 10
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_packed_feature_draft_gives_the_unpacked_logits():
   target = tiny_model(0, pad_id=None)
   draft = feature_draft(target)

@@ -15,6 +15,7 @@ import collections
 import functools
 import re
 
+from helpers import first_in_default
 import jax
 from jax import export
 
@@ -162,7 +163,7 @@ def _assert_accelerator_program(exported, platform):
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
-@pytest.mark.parametrize("temperature", TEMPERATURES)
+@pytest.mark.parametrize("temperature", first_in_default(1, TEMPERATURES))
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_speculative_decode_of_packed_models_lowers_for_an_accelerator(
   family, temperature, platform
@@ -179,7 +180,7 @@ def test_the_speculative_decode_of_packed_models_lowers_for_an_accelerator(
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
-@pytest.mark.parametrize("temperature", TEMPERATURES)
+@pytest.mark.parametrize("temperature", first_in_default(1, TEMPERATURES))
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_baseline_decode_of_a_packed_model_lowers_for_an_accelerator(
   family, temperature, platform

@@ -68,6 +68,7 @@ def _hf_logits(hf, inputs, decoder_inputs):
   return out.logits.numpy(), out.encoder_last_hidden_state.numpy()
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_logits_match_transformers(pair):
   model, hf = pair
   inputs, decoder_inputs = standard_batch(model)  # rows 1 and 2 padded.

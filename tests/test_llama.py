@@ -437,6 +437,7 @@ def test_speculative_sequences_of_llama_pairs_follow_the_target_distribution(nam
   assert chi_square_pvalue(samples, dist) > CHI2_PVALUE
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 @pytest.mark.parametrize(
   "name,wrong",
   [
@@ -516,7 +517,8 @@ def test_packed_weights_give_the_unpacked_logits_for_every_chunk_length(tied):
   np.testing.assert_allclose(packed.forward(full), model.forward(full), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("tied", [pytest.param(False, marks=pytest.mark.slow), True])
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
+@pytest.mark.parametrize("tied", [False, True])
 def test_a_bfloat16_checkpoint_packs_in_half_the_bytes_with_the_same_logits(tied):
   """Parameters that are bfloat16 values upcast (a checkpoint stored in bfloat16, like
   the shipped drafts) pack in bfloat16 by themselves, and every chunk's logits are

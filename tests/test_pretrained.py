@@ -66,6 +66,7 @@ def test_the_drafts_output_layer_is_the_full_drafts_columns_of_the_shortlist(pai
   )
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_greedy_translations_match_the_stored_expectation(pair, expected):
   target, draft, vocab = pair
   inputs = _inputs(vocab, expected["sources"])
@@ -88,6 +89,7 @@ def test_greedy_translations_match_the_stored_expectation(pair, expected):
   assert float(spec.stats.alpha_hat.mean()) > 0.3
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_distilled_draft_is_shipped_and_decodes_exactly(pair, expected):
   """`draft_distilled` (trained on the target's greedy outputs): same architecture as
   `draft`, exact greedy decoding with it, and it agrees with the target's greedy
@@ -273,6 +275,7 @@ def test_bad_names_raise_naming_the_argument_and_the_valid_ones():
     pretrained.lm_eval_prompts("multi30k_ende")
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_the_target_translates_a_fixed_slice_of_test_2016(pair):
   """BLEU smoke test: greedy translations of the first 128 test_2016 sentences. The
   shipped target scores 32.2 here with no word 4+ times in a row (34.9 on all 1,000);

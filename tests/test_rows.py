@@ -12,7 +12,7 @@
   rate of 0.1% under fresh randomness.
 """
 
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import Phase, example, given, settings, strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -123,7 +123,9 @@ def check_rows_alone_and_together(batch):
     assert together[row].tolist() == [0] * new
 
 
-@settings(max_examples=2, deadline=None, derandomize=True)
+# The default suite runs the two explicit batches (each row decoded alone as well); the
+# slow test below explores 30 drawn ones.
+@settings(phases=[Phase.explicit], deadline=None)
 @given(batch=batches())
 @example(batch=(np.asarray([[EDGE], [NAN]], np.int32), 2, "0", "baseline"))  # issue 47
 @example(batch=(np.asarray([[7, 9], [EDGE, 4], [NEG_INF, 5]], np.int32), 3, "0", "auto"))

@@ -126,6 +126,7 @@ def test_evaluate_names_bad_arguments(tiny_checkpoints, overrides, error):
     _evaluate(**overrides)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_tiny_pair_end_to_end(tmp_path):
   """Greedy: predictions equal the target's own greedy decode, token for token."""
   gin_file = tiny_pair_gin(tmp_path, "wmt_ende_t0_small.gin")

@@ -100,6 +100,7 @@ def test_greedy_decodes_are_the_targets_greedy_decode(pair):
   np.testing.assert_array_equal(stats["drafted"], GAMMA * stats["iterations"])
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_sampled_decodes_are_sorted_by_their_log_probability(pair):
   target, draft, inputs = pair
   decodes, scores, stats = specdec_t5x.decode(
@@ -262,6 +263,7 @@ def test_unmarked():
 """
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_require_t5x_turns_skipped_t5x_tests_into_failures(tmp_path):
   """tests/conftest.py: with SPECDEC_REQUIRE_T5X=1 (CI, after installing t5x) a
   t5x-marked test that skips fails; other skips stay skips."""

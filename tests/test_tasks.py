@@ -120,6 +120,7 @@ def _dataset(task, lengths=None):
   )
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_seqio_wmt_task_encodes_as_t5(seqio_tasks):
   import seqio
   import tensorflow as tf

@@ -121,6 +121,7 @@ def pair(request, toy_file):
   return tokenizer_lib.Tokenizer.from_gguf(path), _reference(path)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_ids_equal_transformers_and_decode_round_trips(pair):
   ours, theirs = pair
   for text in STRINGS:
@@ -129,6 +130,7 @@ def test_ids_equal_transformers_and_decode_round_trips(pair):
     assert ours.decode(ids) == text == theirs.decode(ids)
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_special_tokens_are_one_id_and_user_defined_tokens_stay_whole(pair):
   ours, _ = pair
   ids = ours.encode("<|im_start|>x<|im_end|>")
@@ -136,6 +138,7 @@ def test_special_tokens_are_one_id_and_user_defined_tokens_stay_whole(pair):
   assert ours.decode(ids, skip_special_tokens=True) == "x"
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; .ci/run runs it after
 def test_chat_template_renders_and_tokenizes_as_transformers(pair):
   ours, theirs = pair
   for generation_prompt in (True, False):

@@ -12,6 +12,10 @@ import zipfile
 
 import pytest
 
+# Each builds or installs the wheel: the default suite stays under 6 minutes; .ci/run
+# runs the slow marker after it.
+pytestmark = pytest.mark.slow
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # Top-level entries of a checkout that are not sources (virtualenv, VCS, build
 # outputs): a wheel built in place would also pick up a stale build/. Bytecode
