@@ -12,6 +12,13 @@
   rate of 0.1% under fresh randomness.
 """
 
+from helpers import (
+  CHI2_PVALUE,
+  GREEDY,
+  bigram_model,
+  chi_square_pvalue,
+  exact_sequence_distribution,
+)
 from hypothesis import Phase, example, given, settings, strategies as st
 import jax
 import jax.numpy as jnp
@@ -23,14 +30,6 @@ from specdec import sample as sample_lib
 from specdec.adaptive import AutoGamma
 from specdec.backends import cpu
 from specdec.distributions import SamplingConfig
-
-from test_sample import (
-  CHI2_PVALUE,
-  GREEDY,
-  bigram_model,
-  chi_square_pvalue,
-  exact_sequence_distribution,
-)
 
 # V > 2 * 128: the greedy token's two-level search, and its raw-argmax shortcut.
 VOCAB = 300
