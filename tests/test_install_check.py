@@ -39,7 +39,7 @@ def _table() -> dict[str, str]:
 
 
 def test_every_extra_has_a_snippet_and_ci_checks_them_all():
-  snippets = install_check.readme_snippets(SNIPPETS)
+  snippets = install_check.marked_snippets(SNIPPETS)
   assert set(snippets) == set(install_check.INSTALL) == {"base", *_optional.EXTRAS}
 
 
@@ -55,21 +55,21 @@ def test_the_table_lists_the_commands_ci_installs_with():
 
 
 def test_snippets_decode_few_tokens():
-  for extra, (_, code) in install_check.readme_snippets(SNIPPETS).items():
+  for extra, (_, code) in install_check.marked_snippets(SNIPPETS).items():
     counts = [int(n) for n in re.findall(r"max[_-]new[_-]tokens=(\d+)", code)]
     assert all(n <= 8 for n in counts), (extra, counts)
 
 
-def test_readme_snippets_parses_marked_blocks_only():
+def test_marked_snippets_parses_marked_blocks_only():
   text = (
     "```python\nignored()\n```\n<!-- install-check: lm -->\n```python\n"
     "a = 1\n```\n\n<!-- install-check: bench -->\n```sh\necho hi\n```\n"
   )
-  assert install_check.readme_snippets(text) == {
+  assert install_check.marked_snippets(text) == {
     "lm": ("python", "a = 1\n"),
     "bench": ("sh", "echo hi\n"),
   }
   with pytest.raises(ValueError, match="two install-check snippets for 'lm'"):
-    install_check.readme_snippets(text + "<!-- install-check: lm -->\n```sh\nx\n```\n")
+    install_check.marked_snippets(text + "<!-- install-check: lm -->\n```sh\nx\n```\n")
   with pytest.raises(ValueError, match="not python/sh"):
-    install_check.readme_snippets("<!-- install-check: lm -->\n```js\nx\n```\n")
+    install_check.marked_snippets("<!-- install-check: lm -->\n```js\nx\n```\n")

@@ -53,7 +53,7 @@ MARKER = re.compile(r"<!-- install-check: (\w+) -->\s*\n```(\w+)\n(.*?)\n```", r
 NOT_SOURCES = {".venv", ".git", "build", "dist", "out", ".pytest_cache", ".hypothesis"}
 
 
-def readme_snippets(text: str) -> dict[str, tuple[str, str]]:
+def marked_snippets(text: str) -> dict[str, tuple[str, str]]:
   """{extra: (language, code)} of the blocks marked `install-check: extra` in `text`."""
   snippets = {}
   for extra, language, code in MARKER.findall(text):
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(f"--work: {work} is inside the checkout")
   if not SUITE_PYTHON.exists():
     parser.error(f"no {SUITE_PYTHON}: run `make test` first")
-  snippets = readme_snippets(SNIPPETS.read_text())
+  snippets = marked_snippets(SNIPPETS.read_text())
   missing = [e for e in extras if e not in snippets]
   if missing:
     parser.error(f"docs/installing.md has no install-check snippet for {missing}")
