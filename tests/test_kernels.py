@@ -19,6 +19,42 @@ def test_the_kernel_is_built_and_enabled_on_this_cpu():
   assert cpu.library_path().is_file()
 
 
+def _cpu_flags() -> set[str]:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("flags"):
+          return set(line.split(":", 1)[1].split())
+  except OSError:
+    pass
+  return set()
+
+
+def test_the_kernels_vectors_and_row_blocks_are_this_cpus():
+  # A pass's accumulators must fit the vector registers: 16-float vectors on an
+  # AVX2-only CPU were lowered through the stack and cost 4x XLA's product.
+  flags = _cpu_flags()
+  if not flags:
+    pytest.skip("no /proc/cpuinfo flags to read the ISA from")
+  want = (16, 8) if "avx512f" in flags else (8, 3) if "avx" in flags else (4, 1)
+  assert cpu.kernel_shape() == want
+
+
+def test_a_rows_product_does_not_depend_on_the_other_rows():
+  # Rows are computed in blocks (cpu.kernel_shape()[1] per pass); each row's sums run
+  # in the same order in any block, so a row's product is bit-identical alone.
+  rng = np.random.default_rng(3)
+  w = rng.standard_normal((300, 70)).astype(np.float32)
+  x = rng.standard_normal((16, 300)).astype(np.float32)
+  packed = cpu.pack(w)
+  alone = np.stack(
+    [np.asarray(cpu.packed_matmul(jnp.asarray(x[i : i + 1]), packed, 70))[0] for i in range(16)]
+  )
+  for rows in range(1, 17):
+    together = np.asarray(cpu.packed_matmul(jnp.asarray(x[:rows]), packed, 70))
+    np.testing.assert_array_equal(together, alone[:rows])
+
+
 def test_pack_is_tile_major_and_zero_padded():
   w = np.arange(5 * 70, dtype=np.float32).reshape(5, 70)
   packed = np.asarray(cpu.pack(w))

@@ -148,25 +148,44 @@ def build(path: pathlib.Path | None = None) -> pathlib.Path:
 
 
 @functools.lru_cache(maxsize=1)
-def _load() -> bool:
-  """Builds (once per machine) and registers the FFI targets; False, with a warning,
-  where that is impossible."""
+def _library() -> ctypes.CDLL | None:
+  """The built library (once per machine), or None, with a warning, where it cannot
+  be built or loaded."""
   try:
     path = library_path()
     if not path.is_file():
       build(path)
-    lib = ctypes.cdll.LoadLibrary(str(path))
-    for target, symbol in ALL_TARGETS:
-      jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
-    return True
-  except (OSError, RuntimeError, AttributeError) as e:
+    return ctypes.cdll.LoadLibrary(str(path))
+  except (OSError, RuntimeError) as e:
     warnings.warn(
       f"specdec.backends.cpu: the CPU kernels are unavailable ({e}); small "
       "matrix products use XLA's (slower verification on a CPU)",
       RuntimeWarning,
-      stacklevel=3,
+      stacklevel=4,
     )
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> bool:
+  """Registers the library's FFI targets; False where the library is unavailable."""
+  lib = _library()
+  if lib is None:
     return False
+  for target, symbol in ALL_TARGETS:
+    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+  return True
+
+
+def kernel_shape() -> tuple[int, int] | None:
+  """(floats per vector, rows per pass) of the product kernel as this machine's
+  compiler built it (`-march=native`): (16, 8) with AVX-512, (8, 3) with AVX or
+  AVX2, (4, 1) otherwise, so that a pass's accumulators fit the vector registers.
+  None where the library is unavailable."""
+  lib = _library()
+  if lib is None:
+    return None
+  return int(lib.specdec_kernel_vector_floats()), int(lib.specdec_kernel_row_block())
 
 
 def enabled() -> bool:

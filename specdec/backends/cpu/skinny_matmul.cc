@@ -18,7 +18,8 @@
 //     float32), so the products and sums are the float32 kernel's, operation for
 //     operation.
 //
-// float32 x and y, float32 accumulation in order over K, rows of x in blocks of 8.
+// float32 x and y, float32 accumulation in order over K, rows of x in blocks sized to
+// the vector registers (below).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -32,25 +33,45 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
-typedef uint16_t h16u __attribute__((vector_size(32), aligned(2)));
-typedef uint32_t w16 __attribute__((vector_size(64)));
+// The vector width and the rows per pass are the target ISA's (the library is built
+// with -march=native): all of a pass's accumulators, MB rows x (32 / kVec) vectors, must
+// stay in registers, or every multiply-add goes through memory (a 64-byte vector built
+// for AVX2 is lowered through the stack: 4x slower than XLA's product, measured).
+//   AVX-512: 16-float vectors, 32 registers: 8 rows x 2 vectors = 16 accumulators.
+//   AVX/AVX2: 8-float vectors, 16 registers: 3 rows x 4 vectors = 12 accumulators.
+//   otherwise (SSE): 4-float vectors, 16 registers: 1 row x 8 vectors.
+// Each column's sum is accumulated in the same order over K whatever the width, so
+// every ISA computes the same numbers.
+#if defined(__AVX512F__)
+constexpr int kVec = 16;
+constexpr int64_t kRowBlock = 8;
+#elif defined(__AVX__)
+constexpr int kVec = 8;
+constexpr int64_t kRowBlock = 3;
+#else
+constexpr int kVec = 4;
+constexpr int64_t kRowBlock = 1;
+#endif
 
-constexpr int64_t kTile = 32;      // columns per tile: 2 vectors of 16
-constexpr int64_t kRowBlock = 8;   // rows of x per pass: 16 accumulators
+typedef float vf __attribute__((vector_size(4 * kVec)));
+typedef float vfu __attribute__((vector_size(4 * kVec), aligned(4)));
+typedef uint16_t hu __attribute__((vector_size(2 * kVec), aligned(2)));
+typedef uint32_t wv __attribute__((vector_size(4 * kVec)));
+
+constexpr int64_t kTile = 32;             // columns per tile (the packed layout's)
+constexpr int kPerTile = kTile / kVec;    // vectors per tile row
 // Floats ahead of the current weights that each step asks the caches for (8 KiB,
 // both of the step's cache lines, into the outer caches: prefetcht2). With 8 rows a
 // step is 16 multiply-adds per 128 bytes, and the out-of-order window alone then
-// keeps too few cache misses in flight: measured here, 48 [1024, 2816] matrices
-// cost 1.50x at 8 rows what they cost at one without it, 1.16x with it.
+// keeps too few cache misses in flight: measured on an AVX-512 CPU, 48 [1024, 2816]
+// matrices cost 1.50x at 8 rows what they cost at one without it, 1.16x with it.
 constexpr int64_t kPrefetchBytes = 2048 * 4;
 
-// 16 weights of a tile row as float32: loaded, or widened from bfloat16 bits.
-inline v16 Load16(const float* w) { return *reinterpret_cast<const v16u*>(w); }
-inline v16 Load16(const uint16_t* w) {
-  const w16 wide = __builtin_convertvector(*reinterpret_cast<const h16u*>(w), w16);
-  return reinterpret_cast<v16>(wide << 16);
+// kVec weights of a tile row as float32: loaded, or widened from bfloat16 bits.
+inline vf LoadVec(const float* w) { return *reinterpret_cast<const vfu*>(w); }
+inline vf LoadVec(const uint16_t* w) {
+  const wv wide = __builtin_convertvector(*reinterpret_cast<const hu*>(w), wv);
+  return reinterpret_cast<vf>(wide << 16);
 }
 
 // Tile j of p (K x 32, contiguous) against MB rows of x; writes the tile's columns
@@ -60,49 +81,48 @@ inline void Tile(const float* __restrict x, const W* __restrict tile,
                  float* __restrict y, int64_t K, int64_t N, int64_t n0) {
   constexpr int64_t kAhead = kPrefetchBytes / sizeof(W);
   constexpr int64_t kLine = 64 / sizeof(W);  // weights per cache line
-  v16 acc[MB][2];
-  for (int m = 0; m < MB; ++m) acc[m][0] = acc[m][1] = v16{};
+  vf acc[MB][kPerTile];
+  for (int m = 0; m < MB; ++m)
+    for (int v = 0; v < kPerTile; ++v) acc[m][v] = vf{};
   const W* wp = tile;
   for (int64_t i = 0; i < K; ++i, wp += kTile) {
     // Past the tile's end this reads ahead into the next one (tiles are contiguous);
     // past the array's end a prefetch is a no-op, never a fault.
     __builtin_prefetch(wp + kAhead, 0, 1);
     if (kLine < kTile) __builtin_prefetch(wp + kAhead + kLine, 0, 1);
-    const v16 w0 = Load16(wp);
-    const v16 w1 = Load16(wp + 16);
+    vf w[kPerTile];
+    for (int v = 0; v < kPerTile; ++v) w[v] = LoadVec(wp + v * kVec);
     for (int m = 0; m < MB; ++m) {
       const float xs = x[m * K + i];
-      acc[m][0] += xs * w0;
-      acc[m][1] += xs * w1;
+      for (int v = 0; v < kPerTile; ++v) acc[m][v] += xs * w[v];
     }
   }
   if (n0 + kTile <= N) {
-    for (int m = 0; m < MB; ++m) {
-      *reinterpret_cast<v16u*>(y + m * N + n0) = acc[m][0];
-      *reinterpret_cast<v16u*>(y + m * N + n0 + 16) = acc[m][1];
-    }
+    for (int m = 0; m < MB; ++m)
+      for (int v = 0; v < kPerTile; ++v)
+        *reinterpret_cast<vfu*>(y + m * N + n0 + v * kVec) = acc[m][v];
   } else {  // the last, partial tile (its padding columns are not written)
     for (int m = 0; m < MB; ++m)
-      for (int64_t c = 0; c < N - n0; ++c) y[m * N + n0 + c] = acc[m][c / 16][c % 16];
+      for (int64_t c = 0; c < N - n0; ++c) y[m * N + n0 + c] = acc[m][c / kVec][c % kVec];
+  }
+}
+
+// Tile<MB> for the block's row count mb (1 <= mb <= kRowBlock).
+template <int MB, typename W>
+inline void TileRows(int64_t mb, const float* x, const W* tile, float* y, int64_t K,
+                     int64_t N, int64_t n0) {
+  if constexpr (MB < kRowBlock) {
+    if (mb < MB + 1) return Tile<MB>(x, tile, y, K, N, n0);
+    return TileRows<MB + 1>(mb, x, tile, y, K, N, n0);
+  } else {
+    Tile<MB>(x, tile, y, K, N, n0);
   }
 }
 
 template <typename W>
 void Tiles(const float* x, const W* p, float* y, int64_t mb, int64_t K, int64_t N,
            int64_t t0, int64_t t1) {
-  for (int64_t t = t0; t < t1; ++t) {
-    const W* tile = p + t * K * kTile;
-    switch (mb) {
-      case 1: Tile<1>(x, tile, y, K, N, t * kTile); break;
-      case 2: Tile<2>(x, tile, y, K, N, t * kTile); break;
-      case 3: Tile<3>(x, tile, y, K, N, t * kTile); break;
-      case 4: Tile<4>(x, tile, y, K, N, t * kTile); break;
-      case 5: Tile<5>(x, tile, y, K, N, t * kTile); break;
-      case 6: Tile<6>(x, tile, y, K, N, t * kTile); break;
-      case 7: Tile<7>(x, tile, y, K, N, t * kTile); break;
-      default: Tile<8>(x, tile, y, K, N, t * kTile); break;
-    }
-  }
+  for (int64_t t = t0; t < t1; ++t) TileRows<1>(mb, x, p + t * K * kTile, y, K, N, t * kTile);
 }
 
 // Tiles in chunks taken from one counter by the caller and by tasks on XLA's pool. A
@@ -157,6 +177,10 @@ ffi::Error PackedMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
 }
 
 }  // namespace
+
+// The build's vector width in floats and rows per pass (`specdec.backends.cpu.kernel_shape`).
+extern "C" int specdec_kernel_vector_floats() { return kVec; }
+extern "C" int specdec_kernel_row_block() { return static_cast<int>(kRowBlock); }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SpecdecPackedMatmul, PackedMatmul<ffi::F32>,
                               ffi::Ffi::Bind()
