@@ -41,7 +41,8 @@ namespace {
 //   AVX/AVX2: 8-float vectors, 16 registers: 3 rows x 4 vectors = 12 accumulators.
 //   otherwise (SSE): 4-float vectors, 16 registers: 1 row x 8 vectors.
 // Each column's sum is accumulated in the same order over K whatever the width, so
-// every ISA computes the same numbers.
+// builds with fused multiply-add (FMA: every AVX2 and AVX-512 CPU) compute the same
+// numbers; without FMA (SSE, AVX) each product is rounded before its sum.
 #if defined(__AVX512F__)
 constexpr int kVec = 16;
 constexpr int64_t kRowBlock = 8;
