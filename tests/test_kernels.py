@@ -45,14 +45,17 @@ def test_a_rows_product_does_not_depend_on_the_other_rows():
   # in the same order in any block, so a row's product is bit-identical alone.
   rng = np.random.default_rng(3)
   w = rng.standard_normal((300, 70)).astype(np.float32)
-  x = rng.standard_normal((16, 300)).astype(np.float32)
+  x = jnp.asarray(rng.standard_normal((16, 300)).astype(np.float32))
   packed = cpu.pack(w)
-  alone = np.stack(
-    [np.asarray(cpu.packed_matmul(jnp.asarray(x[i : i + 1]), packed, 70))[0] for i in range(16)]
-  )
-  for rows in range(1, 17):
-    together = np.asarray(cpu.packed_matmul(jnp.asarray(x[:rows]), packed, 70))
-    np.testing.assert_array_equal(together, alone[:rows])
+
+  @jax.jit
+  def products(x, packed):  # one program: each row alone, and every prefix of rows
+    alone = [cpu.packed_matmul(x[i : i + 1], packed, 70) for i in range(16)]
+    return jnp.concatenate(alone), [cpu.packed_matmul(x[:r], packed, 70) for r in range(1, 17)]
+
+  alone, prefixes = products(x, packed)
+  for rows, together in enumerate(prefixes, start=1):
+    np.testing.assert_array_equal(np.asarray(together), np.asarray(alone)[:rows])
 
 
 def test_pack_is_tile_major_and_zero_padded():
