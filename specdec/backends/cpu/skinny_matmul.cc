@@ -113,7 +113,7 @@ template <int MB, typename W>
 inline void TileRows(int64_t mb, const float* x, const W* tile, float* y, int64_t K,
                      int64_t N, int64_t n0) {
   if constexpr (MB < kRowBlock) {
-    if (mb < MB + 1) return Tile<MB>(x, tile, y, K, N, n0);
+    if (mb <= MB) return Tile<MB>(x, tile, y, K, N, n0);
     return TileRows<MB + 1>(mb, x, tile, y, K, N, n0);
   } else {
     Tile<MB>(x, tile, y, K, N, n0);
