@@ -37,6 +37,7 @@ random key) and stop on EOS or `max_new_tokens`; a finished row stops changing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import functools
 from typing import Any, NamedTuple
@@ -486,6 +487,104 @@ def _plain_jit(target, inputs, rng, *, rule, max_new_tokens, sampling, eos_id):
 # ------------------------------------------------------------------- public entry points
 
 
+@dataclasses.dataclass(frozen=True)
+class _Program:
+  """A checked decode: its jitted function, the models it takes first and its static
+  arguments."""
+
+  jitted: Any
+  models: tuple[Any, ...]
+  static: dict[str, Any]
+
+  def run(self, inputs: Array, rng: Array) -> SampleOutput:
+    return self.jitted(*self.models, inputs, rng, **self.static)
+
+  def lower(self, inputs: Array, rng: Array) -> LoweredDecode:
+    traced = self.jitted.trace(*self.models, inputs, rng, **self.static)
+    return LoweredDecode(traced.lower(), self.models)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoweredDecode:
+  """A decode traced and lowered ahead of time for one shape of inputs and keys
+  (`lower_speculative_sample`, `lower_autoregressive_sample`; JAX's `jit(...).lower`).
+
+  Tracing and lowering hold Python's lock; `compile` hands the program to XLA, which
+  does not, so that several decodes can compile at once in threads.
+
+  Attributes:
+    lowered: the `jax.stages.Lowered` program.
+    models: the models it takes before (inputs, rng).
+  """
+
+  lowered: Any
+  models: tuple[Any, ...]
+
+  def compile(self) -> Callable[[Array, Array], SampleOutput]:
+    """decode(inputs, rng) -> `SampleOutput`, compiled now (or read from JAX's
+    persistent cache): the same program and outputs as the sampler called with
+    these models and settings. It takes inputs and keys of the lowered shapes only
+    (others raise TypeError) and never compiles again."""
+    compiled = self.lowered.compile()
+    models = self.models
+
+    def decode(inputs: Array, rng: Array) -> SampleOutput:
+      return compiled(*models, inputs, rng)
+
+    return decode
+
+
+def _speculative_program(
+  target: DecodeModel,
+  draft: Any,
+  inputs: Array,
+  gamma: int | AutoGamma,
+  max_new_tokens: int,
+  sampling: SamplingConfig,
+  eos_id: int | None,
+  lenience: float,
+) -> _Program:
+  """`speculative_sample`'s arguments checked, and the loop that runs them."""
+  if not isinstance(gamma, AutoGamma):
+    gamma = check_positive_int("gamma", gamma)
+  lenience = check_lenience(lenience)
+  check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
+  proposer = drafts.as_proposer(draft)
+  if proposer.vocab_size != target.vocab_size:
+    raise ValueError(
+      f"vocab_size of target ({target.vocab_size}) and draft "
+      f"({proposer.vocab_size}) differ: Algorithm 1 compares p and q "
+      "token by token"
+    )
+  if isinstance(draft, DecodeModel):  # Same vocabulary size: its ids are checked.
+    check_common(draft, "draft", inputs, max_new_tokens, sampling, eos_id, check_ids=False)
+  drafts.check_target(proposer, target)
+  static = dict(
+    max_new_tokens=int(max_new_tokens),
+    sampling=sampling.normalized(target.vocab_size),
+    eos_id=None if eos_id is None else int(eos_id),
+  )
+  if isinstance(gamma, AutoGamma) and adaptive.never_drafts(gamma):
+    return _Program(_plain_jit, (target,), dict(static, rule=gamma))
+  return _Program(_speculative_jit, (target, draft), dict(static, gamma=gamma, lenience=lenience))
+
+
+def _autoregressive_program(
+  target: DecodeModel,
+  inputs: Array,
+  max_new_tokens: int,
+  sampling: SamplingConfig,
+  eos_id: int | None,
+) -> _Program:
+  check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
+  static = dict(
+    max_new_tokens=int(max_new_tokens),
+    sampling=sampling.normalized(target.vocab_size),
+    eos_id=None if eos_id is None else int(eos_id),
+  )
+  return _Program(_autoregressive_jit, (target,), static)
+
+
 def reads_target_features(draft: Any) -> bool:
   """Whether `draft`'s proposer declares that it reads the target's features."""
   return drafts.as_proposer(draft).reads_target_features
@@ -547,41 +646,9 @@ def speculative_sample(
     ValueError: naming the draft and gamma where the draft cannot hold those
       positions (raised while the decode is traced).
   """
-  if not isinstance(gamma, AutoGamma):
-    gamma = check_positive_int("gamma", gamma)
-  lenience = check_lenience(lenience)
-  check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
-  proposer = drafts.as_proposer(draft)
-  if proposer.vocab_size != target.vocab_size:
-    raise ValueError(
-      f"vocab_size of target ({target.vocab_size}) and draft "
-      f"({proposer.vocab_size}) differ: Algorithm 1 compares p and q "
-      "token by token"
-    )
-  if isinstance(draft, DecodeModel):  # Same vocabulary size: its ids are checked.
-    check_common(draft, "draft", inputs, max_new_tokens, sampling, eos_id, check_ids=False)
-  drafts.check_target(proposer, target)
-  if isinstance(gamma, AutoGamma) and adaptive.never_drafts(gamma):
-    return _plain_jit(
-      target,
-      inputs,
-      rng,
-      rule=gamma,
-      max_new_tokens=int(max_new_tokens),
-      sampling=sampling.normalized(target.vocab_size),
-      eos_id=None if eos_id is None else int(eos_id),
-    )
-  return _speculative_jit(
-    target,
-    draft,
-    inputs,
-    rng,
-    gamma=gamma,
-    max_new_tokens=int(max_new_tokens),
-    sampling=sampling.normalized(target.vocab_size),
-    eos_id=None if eos_id is None else int(eos_id),
-    lenience=lenience,
-  )
+  return _speculative_program(
+    target, draft, inputs, gamma, max_new_tokens, sampling, eos_id, lenience
+  ).run(inputs, rng)
 
 
 def autoregressive_sample(
@@ -599,14 +666,44 @@ def autoregressive_sample(
   at temperature 0 this is greedy decoding, the reference the speculative decode must
   equal token for token.
   """
-  check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
-  return _autoregressive_jit(
-    target,
-    inputs,
-    rng,
-    max_new_tokens=int(max_new_tokens),
-    sampling=sampling.normalized(target.vocab_size),
-    eos_id=None if eos_id is None else int(eos_id),
+  return _autoregressive_program(target, inputs, max_new_tokens, sampling, eos_id).run(inputs, rng)
+
+
+def lower_speculative_sample(
+  target: DecodeModel,
+  draft: Any,
+  inputs: Array,
+  rng: Array,
+  *,
+  gamma: int | AutoGamma,
+  max_new_tokens: int,
+  sampling: SamplingConfig = SamplingConfig(),
+  eos_id: int | None = None,
+  lenience: float = 1.0,
+) -> LoweredDecode:
+  """`speculative_sample` with these arguments, traced and lowered ahead of time for
+  the shapes of `inputs` and `rng` (their values are not used): `.compile()` gives
+  the decode as a function of (inputs, rng). The same checks and errors as
+  `speculative_sample`. For a compile time apart from the decode (benchmarks), or
+  several programs compiled at once."""
+  return _speculative_program(
+    target, draft, inputs, gamma, max_new_tokens, sampling, eos_id, lenience
+  ).lower(inputs, rng)
+
+
+def lower_autoregressive_sample(
+  target: DecodeModel,
+  inputs: Array,
+  rng: Array,
+  *,
+  max_new_tokens: int,
+  sampling: SamplingConfig = SamplingConfig(),
+  eos_id: int | None = None,
+) -> LoweredDecode:
+  """`autoregressive_sample` traced and lowered ahead of time, as
+  `lower_speculative_sample`."""
+  return _autoregressive_program(target, inputs, max_new_tokens, sampling, eos_id).lower(
+    inputs, rng
   )
 
 

@@ -22,9 +22,11 @@ follow the table.
 Every decoder compiles once per temperature: a task's inputs share one shape (T5's
 encoder length; the decoder-only prompts right-padded to one length for both of its
 tasks, which the models' bucketed prefill makes nearly free), so the two SmolLM2
-tasks run the same compiled programs. The footnote reports compile time apart from
-decoding. The command line keeps compiled programs in JAX's persistent cache
-(`specdec.bench.compile_cache`), so a second run compiles nothing.
+tasks run the same compiled programs. All programs are lowered ahead of time
+(`sample.lower_speculative_sample`) and compiled in parallel threads before any is
+timed; the footnote reports compile time apart from decoding. The command line keeps
+compiled programs in JAX's persistent cache (`specdec.bench.compile_cache`), so a
+second run compiles nothing.
 
 `--quick`: temperature 0 and two inputs per task. `--full`: more inputs, longer
 outputs and more timed rounds (the README's results table).
@@ -33,7 +35,9 @@ outputs and more timed rounds (the README's results table).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import concurrent.futures
 import dataclasses
+import functools
 import os
 import time
 from typing import Any
@@ -42,10 +46,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import adaptive, pretrained, theory
+from specdec import adaptive, pretrained, sample, theory
 from specdec.bench import adaptive as bench_adaptive, cli, compile_cache, demo_prompts, report
 from specdec.bench.alpha import pooled_alpha, pooled_tokens_per_iteration
-from specdec.costs import autoregressive_decoder, speculative_decoder, step_costs
+from specdec.costs import step_costs
 from specdec.data import EOS_ID, TRANSLATE_PREFIX
 from specdec.data.lm_prompts import right_pad
 from specdec.distributions import SamplingConfig
@@ -322,34 +326,40 @@ def _tasks(config: Config, s: dict[str, Any], models: _Models) -> list[_Task]:
 
 
 # ------------------------------------------------------------------------------
-# Timing.
+# Compiling and timing.
 # ------------------------------------------------------------------------------
+def compile_all(
+  lowered: dict[Any, sample.LoweredDecode], tick: Callable[[], None], workers: int | None = None
+) -> dict[Any, Callable]:
+  """Every lowered decode compiled (or read from the persistent cache), `workers` at
+  a time (None: one per CPU core, at most 4): XLA compiles a program on one thread and
+  releases Python's lock while it does. {key: decode(inputs, rng)}."""
+  if workers is None:
+    workers = max(1, min(4, os.cpu_count() or 1))
+  out: dict[Any, Callable] = {}
+  with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+    futures = {pool.submit(program.compile): key for key, program in lowered.items()}
+    for future in concurrent.futures.as_completed(futures):
+      out[futures[future]] = future.result()
+      tick()
+  return out
+
+
 def _time_decoders(
   decoders: dict[str, Callable],
   inputs: list[jax.Array],
   key: jax.Array,
   repeats: int,
   tick: Callable[[], None],
-) -> tuple[dict[str, tuple[float, list]], float]:
-  """Every decoder on every input, side by side (each in turn, input by input, so
-  that a slow spell of the machine falls on all alike): per decoder (seconds per
-  generated token: the sum over inputs of each one's minimum over `repeats` timed
-  calls, over the tokens; the outputs), and the compile time: the first call of each
-  on the first input (compiling, or reading the persistent cache), less its timed
-  minimum. All inputs share one shape, so only that first call compiles; later
-  inputs give their outputs from their first timed call."""
+) -> dict[str, tuple[float, list]]:
+  """Every (compiled) decoder on every input, side by side (each in turn, input by
+  input, so that a slow spell of the machine falls on all alike): per decoder
+  (seconds per generated token: the sum over inputs of each one's minimum over
+  `repeats` timed calls, over the tokens; the outputs of the first round)."""
   best = {name: [] for name in decoders}
   outs = {name: [] for name in decoders}
-  compile_s = 0.0
   for i, x in enumerate(inputs):
     k = jax.random.fold_in(key, i)
-    first = {}
-    if i == 0:
-      for name, decode in decoders.items():
-        start = time.perf_counter()
-        jax.block_until_ready(decode(x, k))
-        first[name] = time.perf_counter() - start
-        tick()
     times = {name: float("inf") for name in decoders}
     for r in range(repeats):
       for name, decode in decoders.items():
@@ -361,15 +371,13 @@ def _time_decoders(
         tick()
     for name in decoders:
       best[name].append(times[name])
-    compile_s += sum(max(first[n] - times[n], 0.0) for n in first)
-  per_token = {
+  return {
     name: (
       sum(best[name]) / max(int(sum(int(np.sum(o.lengths)) for o in outs[name])), 1),
       outs[name],
     )
     for name in decoders
   }
-  return per_token, compile_s
 
 
 def _pooled(outputs) -> Any:
@@ -450,6 +458,11 @@ class _Bar:
     if self._bar is not None:
       self._bar.set_description(text)
 
+  def set_total(self, total: int) -> None:
+    if self._bar is not None:
+      self._bar.total = total
+      self._bar.refresh()
+
   def tick(self, n: int = 1) -> None:
     if self._bar is not None:
       self._bar.update(n)
@@ -459,18 +472,79 @@ class _Bar:
       self._bar.close()
 
 
-def _steps(s: dict[str, Any], tasks: Sequence[str]) -> int:
-  """Progress steps: a load per pair, a cost measurement and 3 decoders x (1 + repeats
-  x inputs) calls per task and temperature."""
-  counts = dict(ende=s["num_sentences"], cnndm=s["num_articles"], chat=s["num_prompts"])
-  per_temperature = sum(1 + 3 * (1 + s["repeats"] * counts[t]) for t in tasks)
-  return len({TASK_PAIRS[t] for t in tasks}) + len(s["temperatures"]) * per_temperature
+def _decode_steps(s: dict[str, Any], plan: list[dict[str, Any]]) -> int:
+  """Progress steps after the programs: a cost measurement and 3 decoders x repeats
+  x inputs calls per task and temperature."""
+  return sum(1 + 3 * s["repeats"] * len(item["task"].inputs) for item in plan)
+
+
+def _plan(
+  config: Config, s: dict[str, Any], tasks: list[_Task], models: _Models
+) -> tuple[list[dict[str, Any]], dict[Any, Callable[[], sample.LoweredDecode]]]:
+  """Per task and temperature: its draft, gamma, rule and the keys of its three
+  decoders' programs; and one lowering per distinct program (the two SmolLM2 tasks
+  share theirs), {key: () -> `sample.LoweredDecode`}."""
+  plan, programs = [], {}
+  key = jax.random.key(config.seed)
+  for task in tasks:
+    target = models.pair(task.pair)[0]
+    x = task.inputs[0]
+    for temperature in s["temperatures"]:
+      if task.pair == LM_PAIR:
+        draft_name = config.lm_draft
+      else:
+        draft_name = (
+          pretrained.best_draft(task.pair, temperature) if config.draft == "best" else config.draft
+        )
+      draft = models.draft(task.pair, draft_name)
+      gamma = (
+        measured_best_gamma(task.pair, temperature, draft_name)
+        if config.gamma is None
+        else config.gamma
+      )
+      rule = pretrained.auto_gamma(task.pair, temperature, 1, draft_name)
+      common = dict(
+        max_new_tokens=task.max_new_tokens,
+        sampling=SamplingConfig(temperature=temperature),
+        eos_id=task.eos_id,
+      )
+      shape = (task.pair, temperature, x.shape, task.max_new_tokens, task.eos_id)
+      keys = dict(
+        baseline=("baseline", *shape),
+        fixed=("speculative", draft_name, gamma, *shape),
+        auto=("speculative", draft_name, rule, *shape),
+      )
+      programs.setdefault(
+        keys["baseline"],
+        functools.partial(sample.lower_autoregressive_sample, target, x, key, **common),
+      )
+      for name, choice in (("fixed", gamma), ("auto", rule)):
+        programs.setdefault(
+          keys[name],
+          functools.partial(
+            sample.lower_speculative_sample, target, draft, x, key, gamma=choice, **common
+          ),
+        )
+      plan.append(
+        dict(
+          task=task,
+          temperature=temperature,
+          draft_name=draft_name,
+          draft=draft,
+          gamma=gamma,
+          rule=rule,
+          programs=keys,
+        )
+      )
+  return plan, programs
 
 
 def run(config: Config) -> dict[str, Any]:
   """The demo: {"rows": one per task and temperature, "examples": {task: outputs},
-  "seconds": {load, compile, decode, total}, "settings": ...}. Raises RuntimeError
-  when a temperature-0 decode differs from the baseline (it must not)."""
+  "seconds": {load, compile, decode, total}, "settings": ...}. Every decode program is
+  lowered, then all are compiled (in parallel threads) before any is timed: the
+  compile time is apart from the decoding. Raises RuntimeError when a temperature-0
+  decode differs from the baseline (it must not)."""
   s = settings(config)
   _check(config, s)
   if config.draft != "best" and config.draft not in pretrained.drafts(T5_PAIR):
@@ -478,69 +552,69 @@ def run(config: Config) -> dict[str, Any]:
       f"draft must be 'best' or one of {list(pretrained.drafts(T5_PAIR))}, got {config.draft!r}"
     )
   start = time.perf_counter()
-  bar = _Bar(_steps(s, config.tasks), config.progress)
+  pairs = list(dict.fromkeys(TASK_PAIRS[t] for t in config.tasks))
+  bar = _Bar(len(pairs), config.progress)
   try:
     models = _Models()
     bar.describe("loading the pairs")
-    for pair in dict.fromkeys(TASK_PAIRS[t] for t in config.tasks):
+    for pair in pairs:
       models.pair(pair)
       bar.tick()
     tasks = _tasks(config, s, models)
     load_s = time.perf_counter() - start
-    rows, examples, compile_s, costs_cache = [], {}, 0.0, {}
+    plan, programs = _plan(config, s, tasks, models)
+    bar.set_total(len(pairs) + 2 * len(programs) + _decode_steps(s, plan))
+    bar.describe(f"compiling {len(programs)} decode programs")
+    lowered = {}
+    for name, lower in programs.items():
+      lowered[name] = lower()
+      bar.tick()
+    compiled = compile_all(lowered, bar.tick)
+    compile_s = time.perf_counter() - start - load_s
+    rows, examples, costs_cache = [], {}, {}
     key = jax.random.key(config.seed)
-    for task in tasks:
+    for item in plan:
+      task, temperature, gamma = item["task"], item["temperature"], item["gamma"]
+      bar.describe(f"{TASK_NAMES[task.name]}, temperature {temperature:g}")
       target = models.pair(task.pair)[0]
-      for temperature in s["temperatures"]:
-        bar.describe(f"{TASK_NAMES[task.name]}, temperature {temperature:g}")
-        if task.pair == LM_PAIR:
-          draft_name = config.lm_draft
-        else:
-          draft_name = (
-            pretrained.best_draft(task.pair, temperature)
-            if config.draft == "best"
-            else config.draft
-          )
-        draft = models.draft(task.pair, draft_name)
-        gamma = (
-          measured_best_gamma(task.pair, temperature, draft_name)
-          if config.gamma is None
-          else config.gamma
+      # c and v depend on the models, gamma and the cache's shape, not on the
+      # temperature: measured once per pair, draft, gamma and input shape.
+      cost_key = (task.pair, item["draft_name"], gamma, task.inputs[0].shape, task.max_new_tokens)
+      if cost_key not in costs_cache:
+        costs_cache[cost_key] = step_costs(
+          target,
+          item["draft"],
+          task.inputs[0],
+          gamma,
+          task.max_new_tokens + gamma + 1,
+          repeats=2,
+          steps=8,
+          rounds=2,
         )
-        rule = pretrained.auto_gamma(task.pair, temperature, 1, draft_name)
-        sampling = SamplingConfig(temperature=temperature)
-        decoders = dict(
-          baseline=autoregressive_decoder(target, task.max_new_tokens, sampling, task.eos_id),
-          fixed=speculative_decoder(
-            target, draft, gamma, task.max_new_tokens, sampling, task.eos_id
-          ),
-          auto=speculative_decoder(target, draft, rule, task.max_new_tokens, sampling, task.eos_id),
+      bar.tick()
+      timed = _time_decoders(
+        {name: compiled[k] for name, k in item["programs"].items()},
+        task.inputs,
+        jax.random.fold_in(key, len(rows)),
+        s["repeats"],
+        bar.tick,
+      )
+      rows.append(
+        _row(
+          task,
+          temperature,
+          item["draft_name"],
+          gamma,
+          costs_cache[cost_key],
+          item["rule"],
+          timed,
         )
-        # c and v depend on the models, gamma and the cache's shape, not on the
-        # temperature: measured once per pair, draft, gamma and input shape.
-        cost_key = (task.pair, draft_name, gamma, task.inputs[0].shape, task.max_new_tokens)
-        if cost_key not in costs_cache:
-          costs_cache[cost_key] = step_costs(
-            target,
-            draft,
-            task.inputs[0],
-            gamma,
-            task.max_new_tokens + gamma + 1,
-            repeats=2,
-            steps=8,
-            rounds=2,
-          )
-        bar.tick()
-        timed, seconds = _time_decoders(
-          decoders, task.inputs, jax.random.fold_in(key, len(rows)), s["repeats"], bar.tick
-        )
-        compile_s += seconds
-        rows.append(_row(task, temperature, draft_name, gamma, costs_cache[cost_key], rule, timed))
-        if temperature == s["temperatures"][0]:
-          examples[task.name] = [
-            dict(e, output=task.decode_text(o))
-            for e, o in zip(task.examples[:3], timed["fixed"][1][:3])
-          ]
+      )
+      if temperature == s["temperatures"][0]:
+        examples[task.name] = [
+          dict(e, output=task.decode_text(o))
+          for e, o in zip(task.examples[:3], timed["fixed"][1][:3])
+        ]
   finally:
     bar.close()
   total = time.perf_counter() - start
@@ -648,7 +722,7 @@ def _footnote(result: dict[str, Any]) -> str:
       "with the gammas it chose and the card's costs; speed-ups: baseline ms/token "
       f"over speculative, the minimum of {s['repeats']} timed round(s) per input.",
       f"Time: {t['total']:.0f} s in all: loading {t['load']:.0f} s, compiling "
-      f"{t['compile']:.0f} s (the first call of each decode loop, less its decode), "
+      f"{t['compile']:.0f} s (tracing, lowering and compiling every decode loop), "
       f"decoding and timing {t['decode']:.0f} s. Compilation cache: {cache}.",
     ]
   )

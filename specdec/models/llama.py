@@ -641,13 +641,37 @@ class Transformer(nn.Module):
     y = self.token_embedder(tokens)
     new_caches = []
     for layer, cache in zip(self.layers, caches):
-      y, cache = layer.extend(y, cos, sin, cache, lengths, visible)
+      if self.is_initializing():
+        y, cache = layer.extend(y, cos, sin, cache, lengths, visible)
+      else:
+        # One traced program for every layer of this shape (a jit inside the
+        # caller's trace): tracing and lowering cost one layer, not num_layers;
+        # XLA inlines the calls, so the compiled decode is the same.
+        y, cache = _layer_extend(cfg, layer.variables, y, cos, sin, cache, lengths, visible)
       new_caches.append(cache)
     if not features:
       return (self._logits(y) if logits else None), tuple(new_caches)
     y = self.final_norm(y)
     out = self._output(y) if logits else None
     return out, tuple(new_caches), y
+
+
+@functools.partial(jax.jit, static_argnums=0, inline=True)
+def _layer_extend(
+  cfg: LlamaConfig,
+  variables: Any,
+  x: Array,
+  cos: Array,
+  sin: Array,
+  cache: tuple[Array, Array],
+  starts: Array,
+  visible: Array,
+) -> tuple[Array, tuple[Array, Array]]:
+  """`DecoderLayer.extend` of the layer whose `variables` ('params' and, where
+  packed, the CPU kernel's copies) are given."""
+  return DecoderLayer(cfg, parent=None).apply(  # type: ignore[return-value]
+    variables, x, cos, sin, cache, starts, visible, method=DecoderLayer.extend
+  )
 
 
 class Embed(nn.Module):
