@@ -61,17 +61,6 @@ from specdec.keys import iteration_keys as _iteration_keys, row_keys as _row_key
 from specdec.models.base import DecodeModel, write_rows
 from specdec.outputs import AutoregressiveStats, SampleOutput, SpeculativeStats
 
-# Steps 3 and 4, under the names this module has always offered.
-from specdec.verify import (  # noqa: F401 - re-exported, part of this module's API
-  accepts,
-  beta,
-  greedy_step,
-  lenient_greedy_step,
-  num_accepted,
-  residual,
-  speculative_step,
-)
-
 Array = jax.Array
 
 

@@ -57,10 +57,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec._checks import check_positive_int
 from specdec.distributions import SamplingConfig
 from specdec.io import load_t5x
 from specdec.models import t5, t5x_decoder
-from specdec.sample import SampleOutput, check_positive_int, speculative_sample
+from specdec.outputs import SampleOutput
+from specdec.sample import speculative_sample
 
 Array = jax.Array
 PyTree = Any

@@ -113,7 +113,7 @@ def acceptance(p, q, axis: int = -1, *, lenience: float = 1.0):
   `walltime_improvement(alpha_l, gamma, c)`; there is no separate lenient formula.
 
   Not the temperature-0 variant: there a draft's (greedy) token x is kept iff the
-  target's temperature-1 p has p(x) >= l max(p) (`sample.lenient_greedy_step`),
+  target's temperature-1 p has p(x) >= l max(p) (`verify.lenient_greedy_step`),
   which is not a function of the two one-hot distributions this takes.
 
   Args:

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 import specdec
-from specdec import sample as sample_lib
+from specdec import verify as verify_lib
 from specdec.distributions import SamplingConfig, probabilities
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -67,7 +67,7 @@ def emission_probabilities(p, q):
   """
   keep = jnp.where(q > 0, jnp.clip(p / jnp.where(q > 0, q, 1.0), 0.0, 1.0), 0.0)
   rejected_mass = jnp.sum(q * (1.0 - keep))
-  return q * keep + rejected_mass * sample_lib.residual(p, q)
+  return q * keep + rejected_mass * verify_lib.residual(p, q)
 
 
 def exact_sequence_distribution(table, prompt_token, num_new, sampling, eos_id):

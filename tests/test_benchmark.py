@@ -95,16 +95,16 @@ def test_paired_decode_timing_returns_each_decoders_outputs():
   import jax
   import jax.numpy as jnp
 
-  from specdec import sample
+  from specdec import outputs
 
   def fake(length, delay):
     def decode(x, key):
       time_module.sleep(delay)
       n = jnp.full((1,), length, jnp.int32)
-      return sample.SampleOutput(
+      return outputs.SampleOutput(
         tokens=x + length,
         lengths=n,
-        stats=sample.AutoregressiveStats(iterations=n, nonfinite=0 * n),
+        stats=outputs.AutoregressiveStats(iterations=n, nonfinite=0 * n),
       )
 
     return decode

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from specdec import _cache, adaptive, data, pretrained
+from specdec import _cache, adaptive, data, pretrained, sample
 from specdec.bench import compile_cache, demo as bench_demo, demo_prompts
 from specdec.data import lm_prompts
 from specdec.models import llama, t5
@@ -154,8 +154,17 @@ def test_the_demo_runs_all_three_tasks_on_tiny_models(monkeypatch):
     lm_draft="draft",
     progress=False,
   )
+  lowered = []
+  for name in ("lower_speculative_sample", "lower_autoregressive_sample"):
+    lower = getattr(sample, name)
+    monkeypatch.setattr(
+      sample, name, lambda *a, lower=lower, name=name, **k: lowered.append(name) or lower(*a, **k)
+    )
   result = bench_demo.run(config)
   _check_rows(result, (0.0,))
+  # Every program lowered ahead of time, once: per pair a baseline, a fixed gamma and
+  # a rule; CNN/DM and Chat share SmolLM2's three.
+  assert sorted(lowered) == ["lower_autoregressive_sample"] * 2 + ["lower_speculative_sample"] * 4
   by_task = {r["task"]: r for r in result["rows"]}
   # The card's gamma per pair, draft and temperature; the rule of the same draft.
   assert [by_task[t]["gamma"] for t in bench_demo.TASKS] == [2, 2, 2]
@@ -174,6 +183,8 @@ def test_the_demo_runs_all_three_tasks_on_tiny_models(monkeypatch):
   assert result["examples"]["chat"][1]["source"] == lm_prompts.DEMO_PROMPTS[1]
   seconds = result["seconds"]
   assert seconds["compile"] > 0 and seconds["decode"] > 0
+  assert len(seconds["programs"]) == 6
+  assert all(p["compile"] > 0 and p["trace_and_lower"] > 0 for p in seconds["programs"])
   assert seconds["total"] == pytest.approx(seconds["load"] + seconds["compile"] + seconds["decode"])
   text = bench_demo.render(result)
   for name in ("EnDe", "CNN/DM", "Chat", "meas / pred", "compiling", "REF  Ein Hund"):

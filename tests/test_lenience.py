@@ -30,7 +30,8 @@ import numpy as np
 import pytest
 
 import specdec
-from specdec import sample as sample_lib, theory, verify as verify_lib
+from specdec import theory, verify as verify_lib
+from specdec._checks import check_lenience
 from specdec.distributions import SamplingConfig, probabilities
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -119,12 +120,12 @@ def test_pieces_at_lenience_one_are_algorithm_1_bit_for_bit():
   for p, q in step_cases().values():
     p, q = jnp.asarray(p, jnp.float32), jnp.asarray(q, jnp.float32)
     r = jnp.asarray(rng.uniform(size=p.shape), jnp.float32)
-    np.testing.assert_array_equal(sample_lib.accepts(r, p, q, 1.0), r * q < p)
+    np.testing.assert_array_equal(verify_lib.accepts(r, p, q, 1.0), r * q < p)
     diff = jnp.maximum(p - q, 0.0)
     mass = jnp.sum(diff)
     expected = diff / mass if mass > verify_lib._MIN_RESIDUAL_MASS else p
-    np.testing.assert_array_equal(sample_lib.residual(p, q, 1.0), expected)
-    np.testing.assert_array_equal(sample_lib.beta(p, q, 1.0), jnp.sum(jnp.minimum(p, q)))
+    np.testing.assert_array_equal(verify_lib.residual(p, q, 1.0), expected)
+    np.testing.assert_array_equal(verify_lib.beta(p, q, 1.0), jnp.sum(jnp.minimum(p, q)))
 
 
 # ------------------------------------------------------- l < 1: one step, exactly
@@ -139,10 +140,10 @@ def keep_probability(p_x, q_x, lenience, iterations=64):
   """
   p_x, q_x = jnp.asarray(p_x, jnp.float32), jnp.asarray(q_x, jnp.float32)
   lo, hi = np.zeros(p_x.shape), np.ones(p_x.shape)
-  yes_at_one = np.asarray(sample_lib.accepts(jnp.ones_like(p_x), p_x, q_x, lenience))
+  yes_at_one = np.asarray(verify_lib.accepts(jnp.ones_like(p_x), p_x, q_x, lenience))
   for _ in range(iterations):
     mid = (lo + hi) / 2
-    ok = np.asarray(sample_lib.accepts(jnp.asarray(mid, jnp.float32), p_x, q_x, lenience))
+    ok = np.asarray(verify_lib.accepts(jnp.asarray(mid, jnp.float32), p_x, q_x, lenience))
     lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
   return np.where(yes_at_one, 1.0, lo)
 
@@ -153,7 +154,7 @@ def emission_probabilities(p, q, lenience):
   q64 = np.asarray(q, np.float64)
   keep = keep_probability(p, q, lenience)
   rejected_mass = np.sum(q64 * (1.0 - keep))
-  residual = np.asarray(sample_lib.residual(jnp.asarray(p), jnp.asarray(q), lenience), np.float64)
+  residual = np.asarray(verify_lib.residual(jnp.asarray(p), jnp.asarray(q), lenience), np.float64)
   return q64 * keep + rejected_mass * residual
 
 
@@ -176,7 +177,7 @@ def test_one_lenient_step_has_the_closed_form_law(name, lenience):
     keep[on_q], np.minimum(1.0, p64[on_q] / (lenience * q64[on_q])), rtol=RTOL, atol=ATOL
   )
   beta_l = float(theory.acceptance(p64, q64, lenience=lenience))
-  np.testing.assert_allclose(float(sample_lib.beta(p, q, lenience)), beta_l, rtol=RTOL)
+  np.testing.assert_allclose(float(verify_lib.beta(p, q, lenience)), beta_l, rtol=RTOL)
   np.testing.assert_allclose(np.sum(q64 * keep), beta_l, rtol=RTOL, atol=ATOL)
 
 
@@ -436,7 +437,7 @@ def test_lenient_greedy_step_is_the_p_x_over_max_p_rule_on_many_crafted_rows():
   logits = rng.standard_normal((batch, gamma + 1, vocab)).astype(np.float32) * 2
   x = rng.integers(0, vocab, (batch, gamma)).astype(np.int32)
   for lenience in LENIENCES:
-    n, t, ok = sample_lib.lenient_greedy_step(jnp.asarray(logits), jnp.asarray(x), GREEDY, lenience)
+    n, t, ok = verify_lib.lenient_greedy_step(jnp.asarray(logits), jnp.asarray(x), GREEDY, lenience)
     p = _float64(probabilities(jnp.asarray(logits), SamplingConfig(1.0)))
     p_x = np.take_along_axis(p[:, :gamma], x[..., None], -1)[..., 0]
     ratio = p_x / p[:, :gamma].max(-1)
@@ -536,11 +537,11 @@ def test_bad_lenience_raises_naming_it(lenience):
       target, draft, inputs, jax.random.key(0), gamma=2, max_new_tokens=4, lenience=lenience
     )
   with pytest.raises(ValueError, match="lenience"):
-    sample_lib.check_lenience(lenience)
+    check_lenience(lenience)
 
 
 def test_numpy_scalar_lenience_is_accepted_and_equals_the_python_float():
   reference = _decode(SamplingConfig(1.0), lenience=0.5)
   for lenience in (np.float32(0.5), np.float64(0.5)):
-    assert sample_lib.check_lenience(lenience) == 0.5
+    assert check_lenience(lenience) == 0.5
     _assert_same_output(_decode(SamplingConfig(1.0), lenience=lenience), reference)

@@ -48,21 +48,21 @@ def test_accept_rule_is_r_below_p_over_q_without_dividing():
   p_x = jnp.array([0.2, 0.2, 0.5, 0.0, 0.3])
   q_x = jnp.array([0.4, 0.4, 0.5, 0.0, 0.0])
   r = jnp.array([0.49, 0.51, 0.999, 0.5, 0.7])
-  assert sample_lib.accepts(r, p_x, q_x).tolist() == [True, False, True, False, True]
+  assert verify_lib.accepts(r, p_x, q_x).tolist() == [True, False, True, False, True]
 
 
 def test_residual_falls_back_to_p_when_empty_and_is_q_free_when_q_is_zero():
   p = normalize([1, 2, 3])
-  np.testing.assert_allclose(sample_lib.residual(p, p), p)
-  np.testing.assert_allclose(sample_lib.residual(p, jnp.zeros(3)), p)
+  np.testing.assert_allclose(verify_lib.residual(p, p), p)
+  np.testing.assert_allclose(verify_lib.residual(p, jnp.zeros(3)), p)
   np.testing.assert_allclose(
-    sample_lib.residual(p, normalize([3, 2, 1])), normalize([0, 0, 2 / 6]), atol=1e-7
+    verify_lib.residual(p, normalize([3, 2, 1])), normalize([0, 0, 2 / 6]), atol=1e-7
   )
 
 
 def test_num_accepted_counts_only_the_leading_run():
   acc = jnp.array([[1, 1, 0, 1], [0, 1, 1, 1], [1, 1, 1, 1]], bool)
-  assert sample_lib.num_accepted(acc).tolist() == [2, 0, 4]
+  assert verify_lib.num_accepted(acc).tolist() == [2, 0, 4]
 
 
 @pytest.mark.parametrize("gamma", [1, 3])
@@ -77,7 +77,7 @@ def test_speculative_step_samples_p_in_distribution(gamma):
   q = jnp.broadcast_to(q1, (batch, gamma, v))
   p = jnp.broadcast_to(p1, (batch, gamma + 1, v))
   r = jax.random.uniform(key_r, (batch, gamma))
-  n, t, _ = sample_lib.speculative_step(p, q, x, r, jax.random.split(key_t, batch))
+  n, t, _ = verify_lib.speculative_step(p, q, x, r, jax.random.split(key_t, batch))
   first = np.where(np.asarray(n) > 0, np.asarray(x[:, 0]), np.asarray(t))
   observed = np.bincount(first, minlength=v)
   expected = np.asarray(p1, np.float64) / np.sum(np.asarray(p1, np.float64)) * batch
@@ -729,3 +729,59 @@ def test_the_compiled_decode_has_no_loops_but_the_decode_loop_and_the_draft_scan
     base_hlo = jax.jit(base).lower(model, inputs, jax.random.key(0)).compile().as_text()
     assert len(_program_loops(spec_hlo)) == 2, (sampling, _program_loops(spec_hlo))
     assert len(_program_loops(base_hlo)) == 1, (sampling, _program_loops(base_hlo))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_decode_lowered_ahead_of_time_gives_the_samplers_outputs(temperature):
+  vocab = 16
+  target = context_model(jax.random.key(0), vocab)
+  draft = context_model(jax.random.key(1), vocab)
+  inputs = jax.random.randint(jax.random.key(2), (2, 3), 0, vocab)
+  key = jax.random.key(3)
+  common = dict(max_new_tokens=8, sampling=SamplingConfig(temperature), eos_id=5)
+  rule = specdec.AutoGamma(gammas=(0, 1, 3), costs=(1.0, 1.2, 1.6))
+  for gamma in (2, rule):
+    decode = sample_lib.lower_speculative_sample(
+      target, draft, inputs, key, gamma=gamma, **common
+    ).compile()
+    want = specdec.speculative_sample(target, draft, inputs, key, gamma=gamma, **common)
+    jax.tree.map(np.testing.assert_array_equal, decode(inputs, key), want)
+  decode = sample_lib.lower_autoregressive_sample(target, inputs, key, **common).compile()
+  want = specdec.autoregressive_sample(target, inputs, key, **common)
+  jax.tree.map(np.testing.assert_array_equal, decode(inputs, key), want)
+  # Other inputs of the lowered shape run; another shape is refused, never recompiled.
+  other = (inputs + 1) % vocab
+  jax.tree.map(
+    np.testing.assert_array_equal,
+    decode(other, key),
+    specdec.autoregressive_sample(target, other, key, **common),
+  )
+  with pytest.raises(TypeError):
+    decode(jnp.concatenate([inputs, inputs]), key)
+
+
+def test_a_rule_that_never_drafts_lowers_the_baselines_loop():
+  vocab = 16
+  target = context_model(jax.random.key(0), vocab)
+  inputs = jax.random.randint(jax.random.key(2), (1, 3), 0, vocab)
+  never = specdec.AutoGamma(gammas=(0, 2), costs=(1.0, 5.0))
+  assert specdec.adaptive.never_drafts(never)
+  lowered = sample_lib.lower_speculative_sample(
+    target, target, inputs, jax.random.key(0), gamma=never, max_new_tokens=4
+  )
+  assert lowered.models == (target,)  # the baseline's loop takes no draft
+  out = lowered.compile()(inputs, jax.random.key(0))
+  base = specdec.autoregressive_sample(target, inputs, jax.random.key(0), max_new_tokens=4)
+  np.testing.assert_array_equal(out.tokens, base.tokens)
+
+
+@pytest.mark.parametrize(
+  "override,error,name", BAD_ARGUMENTS, ids=[f"{b[2]}-{i}" for i, b in enumerate(BAD_ARGUMENTS)]
+)
+def test_lowering_ahead_of_time_raises_the_samplers_errors(override, error, name):
+  args = dict(_good(), gamma=3, max_new_tokens=4, sampling=SamplingConfig(1.0), eos_id=1)
+  args.update(override)
+  with pytest.raises(error, match=name):
+    sample_lib.lower_speculative_sample(
+      args.pop("target"), args.pop("draft"), args.pop("inputs"), args.pop("rng"), **args
+    )

@@ -11,16 +11,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import sample
 from specdec.distributions import SamplingConfig, probabilities
+from specdec.outputs import SpeculativeStats
 
 
-def pooled_alpha(stats: sample.SpeculativeStats) -> float:
+def pooled_alpha(stats: SpeculativeStats) -> float:
   """The paper's alpha over a whole decode: total beta over decoded positions."""
   return float(np.sum(stats.beta_sum) / max(int(np.sum(stats.beta_count)), 1))
 
 
-def pooled_tokens_per_iteration(stats: sample.SpeculativeStats) -> float:
+def pooled_tokens_per_iteration(stats: SpeculativeStats) -> float:
   return float(np.sum(stats.accepted + stats.iterations) / max(int(np.sum(stats.iterations)), 1))
 
 

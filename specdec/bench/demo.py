@@ -333,12 +333,18 @@ def compile_all(
 ) -> dict[Any, Callable]:
   """Every lowered decode compiled (or read from the persistent cache), `workers` at
   a time (None: one per CPU core, at most 4): XLA compiles a program on one thread and
-  releases Python's lock while it does. {key: decode(inputs, rng)}."""
+  releases Python's lock while it does. {key: (decode(inputs, rng), seconds its
+  compile took)}."""
   if workers is None:
     workers = max(1, min(4, os.cpu_count() or 1))
   out: dict[Any, Callable] = {}
+
+  def timed(program: sample.LoweredDecode) -> tuple[Callable, float]:
+    start = time.perf_counter()
+    return program.compile(), time.perf_counter() - start
+
   with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-    futures = {pool.submit(program.compile): key for key, program in lowered.items()}
+    futures = {pool.submit(timed, program): key for key, program in lowered.items()}
     for future in concurrent.futures.as_completed(futures):
       out[futures[future]] = future.result()
       tick()
@@ -539,9 +545,25 @@ def _plan(
   return plan, programs
 
 
+def _program_name(key: tuple) -> str:
+  """A program's key as text: 'pair baseline|gamma=g|AutoGamma(...) temperature t'."""
+  kind, rest = key[0], key[1:]
+  if kind == "speculative":
+    draft, choice, rest = rest[0], rest[1], rest[2:]
+    what = (
+      f"{draft} gamma={choice}"
+      if isinstance(choice, int)
+      else f"{draft} AutoGamma{tuple(choice.gammas)}"
+    )
+  else:
+    what = "baseline"
+  return f"{rest[0]} {what} temperature {rest[1]:g}"
+
+
 def run(config: Config) -> dict[str, Any]:
   """The demo: {"rows": one per task and temperature, "examples": {task: outputs},
-  "seconds": {load, compile, decode, total}, "settings": ...}. Every decode program is
+  "seconds": {load, compile, decode, total, programs: per program its trace and
+  lower and its compile seconds}, "settings": ...}. Every decode program is
   lowered, then all are compiled (in parallel threads) before any is timed: the
   compile time is apart from the decoding. Raises RuntimeError when a temperature-0
   decode differs from the baseline (it must not)."""
@@ -565,11 +587,17 @@ def run(config: Config) -> dict[str, Any]:
     plan, programs = _plan(config, s, tasks, models)
     bar.set_total(len(pairs) + 2 * len(programs) + _decode_steps(s, plan))
     bar.describe(f"compiling {len(programs)} decode programs")
-    lowered = {}
+    lowered, lower_s = {}, {}
     for name, lower in programs.items():
+      begin = time.perf_counter()
       lowered[name] = lower()
+      lower_s[name] = time.perf_counter() - begin
       bar.tick()
     compiled = compile_all(lowered, bar.tick)
+    program_seconds = [
+      dict(program=_program_name(name), trace_and_lower=lower_s[name], compile=compiled[name][1])
+      for name in programs
+    ]
     compile_s = time.perf_counter() - start - load_s
     rows, examples, costs_cache = [], {}, {}
     key = jax.random.key(config.seed)
@@ -593,7 +621,7 @@ def run(config: Config) -> dict[str, Any]:
         )
       bar.tick()
       timed = _time_decoders(
-        {name: compiled[k] for name, k in item["programs"].items()},
+        {name: compiled[k][0] for name, k in item["programs"].items()},
         task.inputs,
         jax.random.fold_in(key, len(rows)),
         s["repeats"],
@@ -621,7 +649,13 @@ def run(config: Config) -> dict[str, Any]:
   result = dict(
     rows=rows,
     examples=examples,
-    seconds=dict(load=load_s, compile=compile_s, decode=total - load_s - compile_s, total=total),
+    seconds=dict(
+      load=load_s,
+      compile=compile_s,
+      decode=total - load_s - compile_s,
+      total=total,
+      programs=program_seconds,
+    ),
     settings=dict(
       s,
       tasks=list(config.tasks),

@@ -51,7 +51,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec import data, metrics, pretrained, sample, theory
+from specdec import data, metrics, pretrained, theory, verify
+from specdec._checks import check_lenience
 from specdec.bench import cli, drafts as drafts_lib, report
 from specdec.bench.alpha import pooled_alpha, pooled_tokens_per_iteration
 from specdec.bench.inputs import batched, encode_sources
@@ -125,8 +126,8 @@ def load_drafts(
 @functools.partial(jax.jit, static_argnames=("sampling", "leniences"))
 def _lenient_betas(target, draft, inputs, tokens, sampling, leniences):
   """float32[len(leniences), B, T]: beta_l at every position of `tokens`, the one test
-  the lenient decode applies there: `sample.beta` at temperature > 0, and at
-  temperature 0 `sample.lenient_greedy_step`'s rule (`greedy_step`'s at l = 1)."""
+  the lenient decode applies there: `verify.beta` at temperature > 0, and at
+  temperature 0 `verify.lenient_greedy_step`'s rule (`greedy_step`'s at l = 1)."""
   start = target.start_tokens(inputs)[:, None]
   chunk = jnp.concatenate([start, tokens[:, :-1]], axis=1)
   length = tokens.shape[1]
@@ -142,11 +143,11 @@ def _lenient_betas(target, draft, inputs, tokens, sampling, leniences):
       if lenience == 1.0:
         out.append((x == greedy_tokens(p_logits)).astype(jnp.float32))
       else:
-        out.append(sample.lenient_greedy_step(padded, x, sampling, lenience)[2])
+        out.append(verify.lenient_greedy_step(padded, x, sampling, lenience)[2])
   else:
     p = probabilities(p_logits, sampling)
     q = probabilities(q_logits, sampling)
-    out = [sample.beta(p, q, lenience) for lenience in leniences]
+    out = [verify.beta(p, q, lenience) for lenience in leniences]
   return jnp.stack(out)
 
 
@@ -538,7 +539,7 @@ def run(config: Config) -> dict[str, Any]:
   """Table 5 of the module doc for `config`."""
   if not config.leniences or not config.temperatures:
     raise ValueError("leniences and temperatures: give at least one value each")
-  leniences = [sample.check_lenience(lenience) for lenience in config.leniences]
+  leniences = [check_lenience(lenience) for lenience in config.leniences]
   if any(t < 0 for t in config.temperatures):
     raise ValueError(f"temperatures must be >= 0, got {config.temperatures}")
   cli.check_positive(

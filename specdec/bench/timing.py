@@ -10,16 +10,16 @@ import time
 import jax
 import numpy as np
 
-from specdec import sample
 from specdec._checks import check_positive_int
+from specdec.outputs import SampleOutput
 
 
 def time_decodes(
-  decode: Callable[[jax.Array, jax.Array], sample.SampleOutput],
+  decode: Callable[[jax.Array, jax.Array], SampleOutput],
   inputs: list[jax.Array],
   key: jax.Array,
   repeats: int = 1,
-) -> tuple[float, list[sample.SampleOutput]]:
+) -> tuple[float, list[SampleOutput]]:
   """Seconds per generated token over `inputs` (each [1, S]), and the outputs.
 
   Each input is decoded once untimed (compiling if needed, and giving the output) and
@@ -31,11 +31,11 @@ def time_decodes(
 
 
 def time_each(
-  decoders: dict[str, Callable[[jax.Array, jax.Array], sample.SampleOutput]],
+  decoders: dict[str, Callable[[jax.Array, jax.Array], SampleOutput]],
   inputs: list[jax.Array],
   key: jax.Array,
   repeats: int = 3,
-) -> dict[str, tuple[list[float], list[sample.SampleOutput]]]:
+) -> dict[str, tuple[list[float], list[SampleOutput]]]:
   """Per input, each decoder once untimed (compiling if needed, and giving the
   output), then `repeats` rounds timing each in turn, so that a slow spell of a shared
   machine falls on all of them alike. Returns, per decoder, (the minimum seconds of
@@ -58,11 +58,11 @@ def time_each(
 
 
 def time_decodes_paired(
-  decoders: dict[str, Callable[[jax.Array, jax.Array], sample.SampleOutput]],
+  decoders: dict[str, Callable[[jax.Array, jax.Array], SampleOutput]],
   inputs: list[jax.Array],
   key: jax.Array,
   repeats: int = 3,
-) -> dict[str, tuple[float, list[sample.SampleOutput]]]:
+) -> dict[str, tuple[float, list[SampleOutput]]]:
   """`time_decodes` for several decoders side by side (`time_each`). Returns, per
   decoder, (seconds per generated token: the sum over inputs of the minimum times
   over its tokens, outputs)."""
