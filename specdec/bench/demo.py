@@ -545,6 +545,16 @@ def _plan(
   return plan, programs
 
 
+def _compile_rank(key: tuple) -> int:
+  """Programs ordered by their expected compile time: AutoGamma rules by their number
+  of gammas (each has its own verification and draft branch), then a fixed gamma, then
+  the baseline."""
+  if key[0] != "speculative":
+    return 1
+  choice = key[2]
+  return 0 if isinstance(choice, int) else -len(choice.gammas)
+
+
 def _program_name(key: tuple) -> str:
   """A program's key as text: 'pair baseline|gamma=g|AutoGamma(...) temperature t'."""
   kind, rest = key[0], key[1:]
@@ -593,7 +603,10 @@ def run(config: Config) -> dict[str, Any]:
       lowered[name] = lower()
       lower_s[name] = time.perf_counter() - begin
       bar.tick()
-    compiled = compile_all(lowered, bar.tick)
+    # The longest compiles first (a rule's: one verification per gamma), so that no
+    # long one is left to run alone at the end.
+    order = sorted(lowered, key=_compile_rank)
+    compiled = compile_all({name: lowered[name] for name in order}, bar.tick)
     program_seconds = [
       dict(program=_program_name(name), trace_and_lower=lower_s[name], compile=compiled[name][1])
       for name in programs
