@@ -471,13 +471,16 @@ BAD_ARGUMENTS = [
 @pytest.mark.parametrize(
   "override,error,name", BAD_ARGUMENTS, ids=[f"{b[2]}-{i}" for i, b in enumerate(BAD_ARGUMENTS)]
 )
-def test_bad_arguments_raise_errors_naming_them(override, error, name):
+@pytest.mark.parametrize(
+  "entry",
+  [specdec.speculative_sample, sample_lib.lower_speculative_sample],
+  ids=["sample", "lower ahead of time"],
+)
+def test_bad_arguments_raise_errors_naming_them(entry, override, error, name):
   args = dict(_good(), gamma=3, max_new_tokens=4, sampling=SamplingConfig(1.0), eos_id=1)
   args.update(override)
   with pytest.raises(error, match=name):
-    specdec.speculative_sample(
-      args.pop("target"), args.pop("draft"), args.pop("inputs"), args.pop("rng"), **args
-    )
+    entry(args.pop("target"), args.pop("draft"), args.pop("inputs"), args.pop("rng"), **args)
 
 
 def test_a_cache_too_short_for_inputs_new_tokens_and_gamma_is_refused():
@@ -773,15 +776,3 @@ def test_a_rule_that_never_drafts_lowers_the_baselines_loop():
   out = lowered.compile()(inputs, jax.random.key(0))
   base = specdec.autoregressive_sample(target, inputs, jax.random.key(0), max_new_tokens=4)
   np.testing.assert_array_equal(out.tokens, base.tokens)
-
-
-@pytest.mark.parametrize(
-  "override,error,name", BAD_ARGUMENTS, ids=[f"{b[2]}-{i}" for i, b in enumerate(BAD_ARGUMENTS)]
-)
-def test_lowering_ahead_of_time_raises_the_samplers_errors(override, error, name):
-  args = dict(_good(), gamma=3, max_new_tokens=4, sampling=SamplingConfig(1.0), eos_id=1)
-  args.update(override)
-  with pytest.raises(error, match=name):
-    sample_lib.lower_speculative_sample(
-      args.pop("target"), args.pop("draft"), args.pop("inputs"), args.pop("rng"), **args
-    )
