@@ -599,20 +599,20 @@ def test_a_decode_traces_each_layer_shape_once_and_keeps_its_bits(monkeypatch):
   """Every layer of a chunk's `extend` runs one traced program per shape: tracing a
   decode costs one layer, not num_layers (the shipped 30-layer target traced in 25 s,
   now 5 s). The program XLA compiles is the same, so are the logits."""
-  cfg = llama.tiny_config(num_layers=5)
+  # A config of this test alone (the layer's jit keys on it): no earlier trace is reused.
+  cfg = llama.tiny_config(num_layers=5, rms_norm_eps=1.5e-5)
   model = llama.Llama(cfg, llama.random_params(cfg, 0), pad_id=0)
   state = model.init(jnp.asarray([[3, 4, 5]], jnp.int32), 12)
-  tokens = jnp.asarray([[6, 7]], jnp.int32)
+  tokens = jnp.asarray([[6, 7, 8]], jnp.int32)  # a chunk shape `init` did not trace
   ropes = []
   rope = llama.apply_rope
   monkeypatch.setattr(llama, "apply_rope", lambda *a: ropes.append(1) or rope(*a))
-  jax.clear_caches()  # no trace of an earlier test is reused
   jax.make_jaxpr(lambda s, t: model.extend(s, t))(state, tokens)
   assert len(ropes) == 2  # the query and the key of one traced layer, not of 5
   monkeypatch.undo()
   # `init` caches the prompt but its last token, which the decode feeds first.
   unrolled = llama.Transformer(cfg).apply(
-    {"params": model.params}, jnp.asarray([[3, 4, 6, 7]], jnp.int32)
+    {"params": model.params}, jnp.asarray([[3, 4, 6, 7, 8]], jnp.int32)
   )
   logits, _ = model.extend(state, tokens)
   np.testing.assert_allclose(logits, unrolled[:, 2:], rtol=2e-5, atol=2e-5)
