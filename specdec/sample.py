@@ -523,6 +523,15 @@ class LoweredDecode:
     return decode
 
 
+def _static(target: DecodeModel, max_new_tokens: int, sampling: SamplingConfig, eos_id):
+  """The static arguments every decode loop compiles for, in canonical form."""
+  return dict(
+    max_new_tokens=int(max_new_tokens),
+    sampling=sampling.normalized(target.vocab_size),
+    eos_id=None if eos_id is None else int(eos_id),
+  )
+
+
 def _speculative_program(
   target: DecodeModel,
   draft: Any,
@@ -548,11 +557,7 @@ def _speculative_program(
   if isinstance(draft, DecodeModel):  # Same vocabulary size: its ids are checked.
     check_common(draft, "draft", inputs, max_new_tokens, sampling, eos_id, check_ids=False)
   drafts.check_target(proposer, target)
-  static = dict(
-    max_new_tokens=int(max_new_tokens),
-    sampling=sampling.normalized(target.vocab_size),
-    eos_id=None if eos_id is None else int(eos_id),
-  )
+  static = _static(target, max_new_tokens, sampling, eos_id)
   if isinstance(gamma, AutoGamma) and adaptive.never_drafts(gamma):
     return _Program(_plain_jit, (target,), dict(static, rule=gamma))
   return _Program(_speculative_jit, (target, draft), dict(static, gamma=gamma, lenience=lenience))
@@ -566,11 +571,7 @@ def _autoregressive_program(
   eos_id: int | None,
 ) -> _Program:
   check_common(target, "target", inputs, max_new_tokens, sampling, eos_id)
-  static = dict(
-    max_new_tokens=int(max_new_tokens),
-    sampling=sampling.normalized(target.vocab_size),
-    eos_id=None if eos_id is None else int(eos_id),
-  )
+  static = _static(target, max_new_tokens, sampling, eos_id)
   return _Program(_autoregressive_jit, (target,), static)
 
 

@@ -644,9 +644,9 @@ class Transformer(nn.Module):
       if self.is_initializing():
         y, cache = layer.extend(y, cos, sin, cache, lengths, visible)
       else:
-        # One traced program for every layer of this shape (a jit inside the
-        # caller's trace): tracing and lowering cost one layer, not num_layers;
-        # XLA inlines the calls, so the compiled decode is the same.
+        # One trace for every layer of this shape (an inlined jit: JAX reuses the
+        # cached jaxpr), so tracing costs one layer, not num_layers; the program
+        # XLA compiles is the same as the unrolled layers'.
         y, cache = _layer_extend(cfg, layer.variables, y, cos, sin, cache, lengths, visible)
       new_caches.append(cache)
     if not features:
