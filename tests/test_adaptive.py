@@ -177,7 +177,7 @@ class ScriptedRule(AutoGamma):
     return jnp.asarray(PATTERN, jnp.int32)[step % len(PATTERN)]
 
 
-@pytest.mark.parametrize("schedule", ["rule", "scripted"])
+@pytest.mark.parametrize("schedule", first_in_default(1, ["rule", "scripted"]))
 def test_greedy_adaptive_equals_greedy_target_on_causal_lms(schedule):
   target = context_model(jax.random.key(0), 11)
   draft = context_model(jax.random.key(1), 11)
@@ -382,6 +382,7 @@ def test_the_estimate_follows_a_change_and_returns_to_the_prior_without_data():
 # -------------------------------------------------------- compiling, costs, bad input
 
 
+@pytest.mark.slow  # the default suite keeps test_sample's compile-once test; CI runs this after it
 def test_repeated_calls_compile_once():
   target_table, draft_table = varying_tables()
   target, draft = bigram_model(target_table), bigram_model(draft_table)

@@ -345,7 +345,8 @@ def constant_model(logits):
   return specdec.CausalLM.from_fn(_constant_logits, logits.shape[-1], params=logits)
 
 
-@pytest.mark.parametrize("lenience", [pytest.param(0.6, marks=pytest.mark.slow), 0.25])
+@pytest.mark.slow  # the default suite keeps the closed-form lenient law; CI runs this after it
+@pytest.mark.parametrize("lenience", [0.6, 0.25])
 def test_measured_acceptance_matches_alpha_l_on_constant_models(lenience):
   vocab, batch, gamma = 6, 4000, 3
   rng = np.random.default_rng(4)

@@ -189,21 +189,23 @@ def test_greedy_speculative_with_a_lookup_draft_equals_greedy_target(gamma):
 
 def test_extend_proposes_from_prompt_and_fed_tokens_and_rewind_forgets_them():
   _, draft = _pair()
+  # Jitted, as the samplers call them (one compile each, not one per operation).
+  init = jax.jit(lambda model, x: model.init(x, 8))
+  extend, rewind = jax.jit(lambda m, s, t: m.extend(s, t)), jax.jit(lambda m, s, n: m.rewind(s, n))
   inputs = jnp.asarray([[4, 8, 15, 16, 23, 4, 8, 0]], jnp.int32)  # padded: 7 tokens
-  state = draft.init(inputs, 8)
+  state = init(draft, inputs)
   assert int(draft.lengths(state)[0]) == 6  # the prompt minus its last token
-  logits, state = draft.extend(state, jnp.asarray([[8, 15]]))
+  logits, state = extend(draft, state, jnp.asarray([[8, 15]]))
   # After [..., 4, 8] the last occurrence of "4 8" was followed by 15; after
   # [..., 4, 8, 15] the 3-gram "4 8 15" recurs and was followed by 16.
   assert np.asarray(jnp.argmax(logits[0], -1)).tolist() == [15, 16]
-  state = draft.rewind(state, jnp.asarray([7]))
-  logits, _ = draft.extend(state, jnp.asarray([[42]]))
-  inner_logits, _ = draft.inner.extend(
-    draft.inner.rewind(
-      draft.inner.extend(draft.inner.init(inputs, 8), jnp.asarray([[8, 15]]))[1], jnp.asarray([7])
-    ),
-    jnp.asarray([[42]]),
+  state = rewind(draft, state, jnp.asarray([7]))
+  logits, _ = extend(draft, state, jnp.asarray([[42]]))
+  inner = draft.inner
+  inner_state = rewind(
+    inner, extend(inner, init(inner, inputs), jnp.asarray([[8, 15]]))[1], jnp.asarray([7])
   )
+  inner_logits, _ = extend(inner, inner_state, jnp.asarray([[42]]))
   # "8 42" never occurred, nor does "42": the inner draft's logits, unchanged.
   np.testing.assert_array_equal(np.asarray(logits), np.asarray(inner_logits))
 

@@ -124,6 +124,7 @@ def check_rows_alone_and_together(batch):
 
 # The default suite runs the two explicit batches (each row decoded alone as well); the
 # slow test below explores 30 drawn ones.
+@pytest.mark.slow  # the default suite keeps test_sample's row-alone tests; CI runs this after it
 @settings(phases=[Phase.explicit], deadline=None)
 @given(batch=batches())
 @example(batch=(np.asarray([[EDGE], [NAN]], np.int32), 2, "0", "baseline"))  # issue 47

@@ -152,7 +152,7 @@ def test_negative_control_accepting_every_draft_is_detected(monkeypatch):
 # ----------------------------------------------------------- temperature 0 is greedy Mp
 
 
-@pytest.mark.parametrize("gamma,batch", first_in_default(2, [(2, 3), (7, 5), (1, 1), (4, 8)]))
+@pytest.mark.parametrize("gamma,batch", first_in_default(1, [(2, 3), (7, 5), (1, 1), (4, 8)]))
 def test_greedy_speculative_equals_greedy_target(gamma, batch):
   vocab = 16
   target = context_model(jax.random.key(0), vocab)
@@ -257,6 +257,7 @@ def test_rows_stop_at_eos_and_are_padded_after_it():
       assert row[length - 1] == eos
 
 
+@pytest.mark.slow  # the default suite keeps Equation 1's count of tokens; CI runs this after it
 def test_stats_count_every_token_produced():
   vocab = 16
   target = context_model(jax.random.key(0), vocab)
@@ -735,7 +736,7 @@ def test_the_compiled_decode_has_no_loops_but_the_decode_loop_and_the_draft_scan
     assert len(_program_loops(base_hlo)) == 1, (sampling, _program_loops(base_hlo))
 
 
-@pytest.mark.parametrize("temperature,choice", [(0.0, "fixed"), (1.0, "rule")])
+@pytest.mark.parametrize("temperature,choice", first_in_default(1, [(0.0, "fixed"), (1.0, "rule")]))
 def test_a_decode_lowered_ahead_of_time_gives_the_samplers_outputs(temperature, choice):
   vocab = 16
   target = context_model(jax.random.key(0), vocab)
@@ -763,6 +764,7 @@ def test_a_decode_lowered_ahead_of_time_gives_the_samplers_outputs(temperature, 
     decode(jnp.concatenate([inputs, inputs]), key)
 
 
+@pytest.mark.slow  # the default suite keeps test_adaptive's never-drafting rule
 def test_a_rule_that_never_drafts_lowers_the_baselines_loop():
   vocab = 16
   target = context_model(jax.random.key(0), vocab)

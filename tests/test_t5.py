@@ -455,6 +455,7 @@ def test_random_params_have_the_init_tree(model):
   assert jax.tree.map(lambda x: (x.shape, x.dtype), model.params) == expected
 
 
+@pytest.mark.slow  # the default suite stays under 6 minutes; CI runs this after it
 def test_device_random_params_match_random_params_scales():
   """device_random_params: the init tree in the config's dtype, with numpy's
   random_params' scales (layer-norm scales ones, per-leaf std alike)."""
@@ -629,6 +630,7 @@ def test_a_bfloat16_t5_checkpoint_packs_in_half_the_bytes_with_the_same_logits(v
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow  # the default suite keeps the packed Llama case; CI runs this after it
 def test_greedy_speculative_with_packed_t5_equals_the_targets_greedy_decode():
   tcfg = t5.tiny_config("1.1", vocab_size=300)
   dcfg = t5.tiny_config("1.1", vocab_size=300, emb_dim=16, num_decoder_layers=1)

@@ -1,7 +1,7 @@
 """specdec.verify: steps 3 and 4 of Algorithm 1, accept then correct, one row at a time
 and as a batch, with the named results the decode loop reads."""
 
-from helpers import GREEDY, normalize
+from helpers import GREEDY, first_in_default, normalize
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -90,7 +90,7 @@ def one_hot_case(seed, batch=5, gamma=3, vocab=6):
   return jnp.asarray(y), jnp.asarray(x), vocab
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", first_in_default(1, range(3)))
 def test_the_greedy_step_is_the_sampled_step_on_one_hot_distributions(seed):
   y, x, vocab = one_hot_case(seed)
   gamma = x.shape[1]
