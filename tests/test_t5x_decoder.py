@@ -126,7 +126,9 @@ def test_the_module_refuses_t5x_one_token_decoding():
 
 
 # ------------------------------------------------------------------ the DecodeModel
-@pytest.mark.parametrize("bidirectional", [pytest.param(False, marks=pytest.mark.slow), True])
+# The default suite keeps the Llama and T5 versions of this check; CI runs both here after it.
+@pytest.mark.slow
+@pytest.mark.parametrize("bidirectional", [False, True])
 def test_chunks_single_steps_and_the_full_forward_agree_across_per_row_prefixes(bidirectional):
   model = tiny_model(bidirectional=bidirectional)
   assert isinstance(model, DecodeModel)
